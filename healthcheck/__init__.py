@@ -1,0 +1,1 @@
+"""The health checker: fault detectors over the sampler's snapshots (not built yet)."""

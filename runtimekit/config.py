@@ -1,0 +1,186 @@
+"""Configuration: a versioned YAML schema plus command-line flags, validated before anything starts.
+
+Every key is declared once in ``SCHEMA`` with its type, default, allowed values and a comment;
+an unknown key, a wrong type or a value out of range raises ``ConfigError`` naming the key and
+what is allowed. Flags override the file. Nothing here reads environment variables.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+DEFAULT_PORT = 9445
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the key and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One configuration key: its type, default, validation and documentation."""
+
+    kind: type | tuple[type, ...]
+    default: Any
+    doc: str
+    check: Callable[[Any], str | None] | None = None  # returns an error text, or None when valid
+    allowed: tuple[Any, ...] | None = None
+
+
+def _between(low: float, high: float) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _listen(value: str) -> str | None:
+    try:
+        parse_listen(value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _collectors(value: Mapping[str, Any]) -> str | None:
+    for name, enabled in value.items():
+        if not isinstance(name, str) or not isinstance(enabled, bool):
+            return f"entry {name!r}: must map a collector name to true or false"
+    return None
+
+
+SCHEMA: dict[str, Key] = {
+    "listen": Key(str, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT for /metrics, /healthz, /readyz and the API", _listen),
+    "state_dir": Key(str, "/var/lib/runtimekit", "directory for state that must survive restarts"),
+    "log_level": Key(str, "info", "logging threshold", allowed=("debug", "info", "warning", "error")),
+    "sampling.interval_seconds": Key((int, float), 1.0, "seconds between NVML sampling cycles", _between(0.1, 60)),
+    "sampling.timeout_seconds": Key(
+        (int, float), 10.0, "a cycle still running after this long is reported stuck", _between(0.5, 300)
+    ),
+    "sampling.limits_refresh_seconds": Key(
+        (int, float), 60.0, "seconds between re-reads of rarely changing values (max clocks, thresholds)",
+        _between(1, 3600),
+    ),
+    "sampling.nvml_retry_seconds": Key(
+        (int, float), 10.0, "seconds between attempts to initialise NVML while it is unavailable", _between(0.1, 600)
+    ),
+    "exporter.collectors": Key(dict, {}, "collector name -> enabled; unnamed collectors keep their default", _collectors),
+    "sim.scenario": Key((str, type(None)), None, "run on the simulated node of this scenario (name or YAML path)"),
+    "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
+    "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", _between(0, 100_000)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Validated configuration. Attribute names follow the dotted keys with '.' → '_'."""
+
+    listen: str
+    state_dir: str
+    log_level: str
+    sampling_interval_seconds: float
+    sampling_timeout_seconds: float
+    sampling_limits_refresh_seconds: float
+    sampling_nvml_retry_seconds: float
+    exporter_collectors: Mapping[str, bool] = field(default_factory=dict)
+    sim_scenario: str | None = None
+    sim_seed: int | None = None
+    sim_processes: int = 16
+
+    @property
+    def listen_host(self) -> str:
+        return parse_listen(self.listen)[0]
+
+    @property
+    def listen_port(self) -> int:
+        return parse_listen(self.listen)[1]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises ValueError with the rule."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"must be HOST:PORT, got {value!r}")
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port must be a number 0..65535, got {port!r}")
+    if host not in ("localhost",) and not _is_hostname(host):
+        raise ValueError(f"host must be an IP address or a hostname, got {host!r}")
+    return host, int(port)
+
+
+def _is_hostname(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return all(part and part.replace("-", "").isalnum() for part in host.split("."))
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if not isinstance(name, str):
+            raise ConfigError(f"{key!r}: keys must be strings")
+        if isinstance(value, dict) and key not in SCHEMA:
+            flat.update(_flatten(value, f"{key}."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def _validate(key: str, value: Any) -> Any:
+    spec = SCHEMA.get(key)
+    if spec is None:
+        raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(SCHEMA))}")
+    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+    if isinstance(value, bool) and bool not in kinds:  # bool is an int in Python; not here
+        raise ConfigError(f"{key}: must be {_type_names(kinds)}, got a boolean")
+    if not isinstance(value, kinds):
+        raise ConfigError(f"{key}: must be {_type_names(kinds)}, got {type(value).__name__} {value!r}")
+    if spec.allowed is not None and value not in spec.allowed:
+        raise ConfigError(f"{key}: must be one of {', '.join(map(str, spec.allowed))}, got {value!r}")
+    if spec.check is not None and value is not None:
+        problem = spec.check(value)
+        if problem:
+            raise ConfigError(f"{key}: {problem}, got {value!r}")
+    return value
+
+
+def _type_names(kinds: tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", dict: "a mapping", type(None): "null"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read the YAML file (if any), apply flag overrides (dotted keys), validate, return Config."""
+    values = {key: spec.default for key, spec in SCHEMA.items()}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as error:
+            raise ConfigError(f"--config: cannot read {path}: {error.strerror}") from error
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from error
+        if not isinstance(data, dict):
+            raise ConfigError(f"--config: {path} must hold a mapping at the top level")
+        for key, value in _flatten(data).items():
+            values[key] = _validate(key, value)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = _validate(key, value)
+    return Config(**{key.replace(".", "_"): value for key, value in values.items()})
+
+
+def describe() -> str:
+    """The schema as commented YAML-ish text, for ``runtimekit config --defaults`` and docs."""
+    lines = []
+    for key, spec in SCHEMA.items():
+        allowed = f" (one of {', '.join(map(str, spec.allowed))})" if spec.allowed else ""
+        lines.append(f"# {spec.doc}{allowed}\n{key}: {spec.default!r}")
+    return "\n".join(lines)

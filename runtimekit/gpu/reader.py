@@ -1,0 +1,443 @@
+"""Reads GPUs through NVML into immutable snapshots, converting to base units at the boundary.
+
+``NodeReader.sample()`` is one sampling cycle: blocking, for an executor thread. Identity is read
+once per device at discovery; limits (max clocks, thresholds, link maxima) on a slow cadence;
+everything else every cycle. A GPU that answers NVML_ERROR_GPU_IS_LOST is reported lost and
+the others are read as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import pynvml
+
+from runtimekit.gpu import fields
+from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
+from runtimekit.gpu.types import (
+    Clocks,
+    DriverInfo,
+    Ecc,
+    GpuIdentity,
+    GpuLimits,
+    GpuProcess,
+    GpuSnapshot,
+    Memory,
+    NOT_SUPPORTED,
+    Modes,
+    NodeSnapshot,
+    NvLink,
+    Pcie,
+    Power,
+    Reading,
+    RemappedRows,
+    RetiredPages,
+    Thermal,
+    Unavailable,
+    Utilization,
+    is_available,
+)
+
+log = logging.getLogger(__name__)
+
+MHZ = 1e6  # NVML clocks are in MHz
+MILLI = 1e-3  # NVML power in mW, energy in mJ
+KIB = 1024
+
+ARCHITECTURES = {
+    pynvml.NVML_DEVICE_ARCH_KEPLER: "kepler",
+    pynvml.NVML_DEVICE_ARCH_MAXWELL: "maxwell",
+    pynvml.NVML_DEVICE_ARCH_PASCAL: "pascal",
+    pynvml.NVML_DEVICE_ARCH_VOLTA: "volta",
+    pynvml.NVML_DEVICE_ARCH_TURING: "turing",
+    pynvml.NVML_DEVICE_ARCH_AMPERE: "ampere",
+    pynvml.NVML_DEVICE_ARCH_ADA: "ada",
+    pynvml.NVML_DEVICE_ARCH_HOPPER: "hopper",
+    pynvml.NVML_DEVICE_ARCH_BLACKWELL: "blackwell",
+}
+
+COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "default",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "exclusive_thread",
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "prohibited",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive_process",
+}
+
+TEMPERATURE = (
+    Variant("nvmlDeviceGetTemperatureV", lambda h: ((h, pynvml.NVML_TEMPERATURE_GPU), {})),
+    Variant("nvmlDeviceGetTemperature", lambda h: ((h, pynvml.NVML_TEMPERATURE_GPU), {})),
+)
+CLOCK_EVENT_REASONS = (
+    Variant("nvmlDeviceGetCurrentClocksEventReasons"),
+    Variant("nvmlDeviceGetCurrentClocksThrottleReasons"),
+)
+MEMORY_INFO = (
+    Variant("nvmlDeviceGetMemoryInfo", memory_v2_args),
+    Variant("nvmlDeviceGetMemoryInfo"),
+)
+COMPUTE_PROCESSES = (
+    Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
+    Variant("nvmlDeviceGetComputeRunningProcesses_v2"),
+)
+GRAPHICS_PROCESSES = (
+    Variant("nvmlDeviceGetGraphicsRunningProcesses_v3"),
+    Variant("nvmlDeviceGetGraphicsRunningProcesses_v2"),
+)
+CUDA_DRIVER_VERSION = (
+    Variant("nvmlSystemGetCudaDriverVersion_v2"),
+    Variant("nvmlSystemGetCudaDriverVersion"),
+)
+NO_ID = 0xFFFFFFFF  # NVML's "not applicable" for instance ids
+
+
+def _map(value: Any, convert: Callable[[Any], Any]) -> Reading[Any]:
+    """Apply ``convert`` to a real reading; pass ``Unavailable`` through."""
+    return convert(value) if is_available(value) else value
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class Device:
+    """A discovered GPU: its handle and what rarely changes."""
+
+    index: int
+    handle: Any
+    identity: GpuIdentity
+    limits: GpuLimits
+    limits_read_at: float
+    lost: bool = False
+
+
+class NodeReader:
+    """Samples every GPU of the node; keeps device handles between cycles."""
+
+    def __init__(
+        self,
+        session: NvmlSession | None = None,
+        *,
+        limits_refresh_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.session = session or NvmlSession()
+        self.limits_refresh_seconds = limits_refresh_seconds
+        self.clock = clock
+        self._devices: dict[int, Device] = {}
+        self._driver: DriverInfo | None = None
+
+    # -- one cycle -----------------------------------------------------------------------------
+
+    def sample(self) -> NodeSnapshot:
+        """One sampling cycle. Never raises for NVML trouble: it is reported in the snapshot."""
+        started_wall = self.clock()
+        started = time.perf_counter()
+        try:
+            self.session.init()
+        except NvmlInitError as error:
+            self._devices.clear()
+            self._driver = None
+            return NodeSnapshot(started_wall, time.perf_counter() - started, False, str(error), None, 0, ())
+        if self._driver is None:
+            self._driver = self._read_driver()
+        count = self.session.call("nvmlDeviceGetCount")
+        if not is_available(count):
+            return NodeSnapshot(
+                started_wall, time.perf_counter() - started, False, f"device count: {count.detail or count.reason}",
+                self._driver, 0, (),
+            )
+        gpus = tuple(self._sample_gpu(index, started_wall) for index in range(count))
+        return NodeSnapshot(started_wall, time.perf_counter() - started, True, "", self._driver, count, gpus)
+
+    def close(self) -> None:
+        self._devices.clear()
+        self.session.shutdown()
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def _read_driver(self) -> DriverInfo:
+        cuda = self.session.call_versioned("nvmlSystemGetCudaDriverVersion", CUDA_DRIVER_VERSION)
+        return DriverInfo(
+            driver_version=_map(self.session.call("nvmlSystemGetDriverVersion"), _text),
+            cuda_driver_version=_map(cuda, lambda v: f"{v // 1000}.{v % 1000 // 10}"),
+            nvml_version=_map(self.session.call("nvmlSystemGetNVMLVersion"), _text),
+        )
+
+    def _device(self, index: int, now: float) -> Device | Unavailable:
+        device = self._devices.get(index)
+        if device is None:
+            handle = self.session.call("nvmlDeviceGetHandleByIndex", index)
+            if not is_available(handle):
+                return handle
+            device = Device(index, handle, self._read_identity(index, handle), self._read_limits(handle), now)
+            self._devices[index] = device
+            log.info("GPU %d discovered: %s %s", index, device.identity.name, device.identity.uuid)
+        elif now - device.limits_read_at >= self.limits_refresh_seconds:
+            device.limits = self._read_limits(device.handle)
+            device.limits_read_at = now
+        return device
+
+    def _read_identity(self, index: int, handle: Any) -> GpuIdentity:
+        call = self.session.call
+        uuid = call("nvmlDeviceGetUUID", handle)
+        pci = call("nvmlDeviceGetPciInfo", handle)
+        capability = call("nvmlDeviceGetCudaComputeCapability", handle)
+        return GpuIdentity(
+            uuid=_text(uuid) if is_available(uuid) else f"unknown-gpu-{index}",
+            name=_map(call("nvmlDeviceGetName", handle), _text),
+            pci_bus_id=_map(pci, lambda p: _text(p.busId).lower()),
+            serial=_map(call("nvmlDeviceGetSerial", handle), _text),
+            vbios_version=_map(call("nvmlDeviceGetVbiosVersion", handle), _text),
+            board_part_number=_map(call("nvmlDeviceGetBoardPartNumber", handle), _text),
+            architecture=_map(call("nvmlDeviceGetArchitecture", handle), lambda a: ARCHITECTURES.get(a, f"arch{a}")),
+            cuda_compute_capability=_map(capability, lambda c: f"{c[0]}.{c[1]}"),
+        )
+
+    def _read_limits(self, handle: Any) -> GpuLimits:
+        call = self.session.call
+        memory = self.session.call_versioned("nvmlDeviceGetMemoryInfo", MEMORY_INFO, handle)
+        bar1 = call("nvmlDeviceGetBAR1MemoryInfo", handle)
+        link_count = call("nvmlDeviceGetFieldValues", handle, [fields.NVLINK_LINK_COUNT])
+        link_count = _map(link_count, lambda answers: fields.parse(answers).get(fields.NVLINK_LINK_COUNT))
+
+        def threshold(kind: int) -> Reading[float]:
+            return _map(call("nvmlDeviceGetTemperatureThreshold", handle, kind), float)
+
+        def max_clock(kind: int) -> Reading[float]:
+            return _map(call("nvmlDeviceGetMaxClockInfo", handle, kind), lambda mhz: mhz * MHZ)
+
+        return GpuLimits(
+            memory_total_bytes=_map(memory, lambda m: int(m.total)),
+            bar1_total_bytes=_map(bar1, lambda b: int(b.bar1Total)),
+            sm_clock_max_hertz=max_clock(pynvml.NVML_CLOCK_SM),
+            memory_clock_max_hertz=max_clock(pynvml.NVML_CLOCK_MEM),
+            graphics_clock_max_hertz=max_clock(pynvml.NVML_CLOCK_GRAPHICS),
+            temperature_slowdown_celsius=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+            temperature_shutdown_celsius=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+            temperature_gpu_max_celsius=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+            temperature_memory_max_celsius=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
+            pcie_max_generation=call("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            pcie_max_width=call("nvmlDeviceGetMaxPcieLinkWidth", handle),
+            nvlink_count=_map(link_count, int),
+        )
+
+    # -- per cycle -----------------------------------------------------------------------------
+
+    def _sample_gpu(self, index: int, now: float) -> GpuSnapshot:
+        try:
+            device = self._device(index, now)
+            if isinstance(device, Unavailable):
+                return _unreadable(index, now, device)
+            snapshot = self._read_dynamic(device, now)
+        except GpuLostError as lost:
+            return self._lost(index, now, str(lost))
+        if device.lost:
+            log.warning("GPU %d (%s) answers NVML again", index, device.identity.uuid)
+            device.lost = False
+        return snapshot
+
+    def _lost(self, index: int, now: float, where: str) -> GpuSnapshot:
+        device = self._devices.get(index)
+        if device is not None and not device.lost:
+            log.error("GPU %d (%s) is lost: NVML answered GPU_IS_LOST in %s", index, device.identity.uuid, where)
+        if device is None:
+            return _unreadable(index, now, Unavailable("gpu_lost", where), lost=True)
+        device.lost = True
+        # Forget the handle's cached facts on the next successful read: a reset GPU is re-discovered.
+        return GpuSnapshot(
+            index, device.identity, device.limits, now, True,
+            None, None, None, None, None, None, None, None, None, (), None, (), (("device", "NVML_ERROR_GPU_IS_LOST"),),
+        )
+
+    def _read_dynamic(self, device: Device, now: float) -> GpuSnapshot:
+        call = self.session.call
+        handle = device.handle
+        batch = call("nvmlDeviceGetFieldValues", handle, fields.request(_count(device.limits.nvlink_count)))
+        values = fields.parse(batch) if is_available(batch) else fields.empty(batch)
+
+        rates = call("nvmlDeviceGetUtilizationRates", handle)
+        utilization = Utilization(
+            gpu=_map(rates, lambda r: r.gpu / 100.0),
+            memory=_map(rates, lambda r: r.memory / 100.0),
+            encoder=_map(call("nvmlDeviceGetEncoderUtilization", handle), lambda u: u[0] / 100.0),
+            decoder=_map(call("nvmlDeviceGetDecoderUtilization", handle), lambda u: u[0] / 100.0),
+        )
+        memory_info = self.session.call_versioned("nvmlDeviceGetMemoryInfo", MEMORY_INFO, handle)
+        bar1 = call("nvmlDeviceGetBAR1MemoryInfo", handle)
+        memory = Memory(
+            total_bytes=_map(memory_info, lambda m: int(m.total)),
+            used_bytes=_map(memory_info, lambda m: int(m.used)),
+            free_bytes=_map(memory_info, lambda m: int(m.free)),
+            reserved_bytes=_map(memory_info, _reserved),
+            bar1_total_bytes=_map(bar1, lambda b: int(b.bar1Total)),
+            bar1_used_bytes=_map(bar1, lambda b: int(b.bar1Used)),
+            bar1_free_bytes=_map(bar1, lambda b: int(b.bar1Free)),
+        )
+        thermal = Thermal(
+            gpu_celsius=_map(self.session.call_versioned("nvmlDeviceGetTemperature", TEMPERATURE, handle), float),
+            memory_celsius=_map(values.get(fields.MEMORY_TEMP), float),
+            fan_speed_ratio=_map(call("nvmlDeviceGetFanSpeed", handle), lambda pct: pct / 100.0),
+        )
+        power = Power(
+            draw_watts=_map(call("nvmlDeviceGetPowerUsage", handle), lambda mw: mw * MILLI),
+            limit_watts=_map(call("nvmlDeviceGetEnforcedPowerLimit", handle), lambda mw: mw * MILLI),
+            energy_joules=_map(call("nvmlDeviceGetTotalEnergyConsumption", handle), lambda mj: mj * MILLI),
+        )
+        clocks = Clocks(
+            sm_hertz=_map(call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM), lambda mhz: mhz * MHZ),
+            memory_hertz=_map(call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM), lambda mhz: mhz * MHZ),
+            graphics_hertz=_map(call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_GRAPHICS), lambda mhz: mhz * MHZ),
+            event_reasons=_map(self.session.call_versioned("nvmlDeviceGetCurrentClocksEventReasons", CLOCK_EVENT_REASONS, handle), int),
+            performance_state=call("nvmlDeviceGetPerformanceState", handle),
+        )
+        pcie = Pcie(
+            generation=call("nvmlDeviceGetCurrPcieLinkGeneration", handle),
+            width=call("nvmlDeviceGetCurrPcieLinkWidth", handle),
+            tx_bytes=_map(values.get(fields.PCIE_TX_BYTES), int),
+            rx_bytes=_map(values.get(fields.PCIE_RX_BYTES), int),
+            replay_count=call("nvmlDeviceGetPcieReplayCounter", handle),
+        )
+        snapshot = GpuSnapshot(
+            index=device.index,
+            identity=device.identity,
+            limits=device.limits,
+            sampled_at=now,
+            lost=False,
+            utilization=utilization,
+            memory=memory,
+            thermal=thermal,
+            power=power,
+            clocks=clocks,
+            pcie=pcie,
+            ecc=self._read_ecc(handle),
+            retired_pages=self._read_retired_pages(handle),
+            remapped_rows=self._read_remapped_rows(handle),
+            nvlinks=self._read_nvlinks(handle, device.limits.nvlink_count, values),
+            modes=self._read_modes(handle),
+            processes=self._read_processes(handle),
+        )
+        return replace(snapshot, errors=_errors(snapshot))
+
+    def _read_ecc(self, handle: Any) -> Ecc:
+        call = self.session.call
+        mode = call("nvmlDeviceGetEccMode", handle)
+
+        def count(error_type: int, counter: int) -> Reading[int]:
+            return call("nvmlDeviceGetTotalEccErrors", handle, error_type, counter)
+
+        corrected, uncorrected = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        return Ecc(
+            enabled=_map(mode, lambda m: bool(m[0])),
+            corrected_volatile=count(corrected, pynvml.NVML_VOLATILE_ECC),
+            uncorrected_volatile=count(uncorrected, pynvml.NVML_VOLATILE_ECC),
+            corrected_aggregate=count(corrected, pynvml.NVML_AGGREGATE_ECC),
+            uncorrected_aggregate=count(uncorrected, pynvml.NVML_AGGREGATE_ECC),
+        )
+
+    def _read_retired_pages(self, handle: Any) -> RetiredPages:
+        call = self.session.call
+        single = call("nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        if not is_available(single):  # not supported: skip the other two calls (row remapping era)
+            return RetiredPages(single, single, single)
+        double = call("nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        return RetiredPages(len(single), _map(double, len), _map(pending, bool))
+
+    def _read_remapped_rows(self, handle: Any) -> RemappedRows:
+        rows = self.session.call("nvmlDeviceGetRemappedRows", handle)
+        return RemappedRows(
+            correctable=_map(rows, lambda r: int(r[0])),
+            uncorrectable=_map(rows, lambda r: int(r[1])),
+            pending=_map(rows, lambda r: bool(r[2])),
+            failure=_map(rows, lambda r: bool(r[3])),
+        )
+
+    def _read_nvlinks(self, handle: Any, link_count: Reading[int], values: fields.FieldValues) -> tuple[NvLink, ...]:
+        links = []
+        for link in range(_count(link_count)):
+            crc_data = self.session.call(
+                "nvmlDeviceGetNvLinkErrorCounter", handle, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
+            )
+            links.append(
+                NvLink(
+                    link=link,
+                    active=_map(values.get(fields.LINK_STATE, link), lambda v: v == pynvml.NVML_FEATURE_ENABLED),
+                    crc_flit_errors=_map(values.get(fields.LINK_CRC_FLIT, link), int),
+                    crc_data_errors=crc_data,
+                    replay_errors=_map(values.get(fields.LINK_REPLAY, link), int),
+                    recovery_errors=_map(values.get(fields.LINK_RECOVERY, link), int),
+                    tx_bytes=_map(values.get(fields.LINK_TX_KIB, link), lambda kib: int(kib) * KIB),
+                    rx_bytes=_map(values.get(fields.LINK_RX_KIB, link), lambda kib: int(kib) * KIB),
+                )
+            )
+        return tuple(links)
+
+    def _read_modes(self, handle: Any) -> Modes:
+        call = self.session.call
+        mig = call("nvmlDeviceGetMigMode", handle)
+        return Modes(
+            compute_mode=_map(call("nvmlDeviceGetComputeMode", handle), lambda m: COMPUTE_MODES.get(m, f"mode{m}")),
+            persistence_mode=_map(call("nvmlDeviceGetPersistenceMode", handle), bool),
+            mig_mode_current=_map(mig, lambda m: bool(m[0])),
+            mig_mode_pending=_map(mig, lambda m: bool(m[1])),
+        )
+
+    def _read_processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+        processes: list[GpuProcess] = []
+        for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
+            found = self.session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
+            if not is_available(found):
+                continue
+            for process in found:
+                gi = getattr(process, "gpuInstanceId", NO_ID)
+                ci = getattr(process, "computeInstanceId", NO_ID)
+                memory = process.usedGpuMemory
+                processes.append(
+                    GpuProcess(
+                        pid=int(process.pid),
+                        used_memory_bytes=int(memory) if memory is not None else NOT_SUPPORTED,
+                        kind=kind,
+                        gpu_instance_id=gi if gi != NO_ID else NOT_SUPPORTED,
+                        compute_instance_id=ci if ci != NO_ID else NOT_SUPPORTED,
+                    )
+                )
+        return tuple(processes)
+
+
+def _reserved(memory: Any) -> Reading[int]:
+    """``reserved`` exists only in the v2 memory struct (nvmlDeviceGetMemoryInfo_v2)."""
+    return int(memory.reserved) if hasattr(memory, "reserved") else NOT_SUPPORTED
+
+
+def _count(value: Reading[int]) -> int:
+    return int(value) if is_available(value) else 0
+
+
+def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) -> GpuSnapshot:
+    identity = GpuIdentity(f"unknown-gpu-{index}", why, why, why, why, why, why, why)
+    limits = GpuLimits(why, why, why, why, why, why, why, why, why, why, why, why)
+    return GpuSnapshot(
+        index, identity, limits, now, lost, None, None, None, None, None, None, None, None, None, (), None, (),
+        (("device", why.detail or why.reason),),
+    )
+
+
+def _errors(snapshot: GpuSnapshot) -> tuple[tuple[str, str], ...]:
+    """The readings that failed with a real error (not 'not supported'), for self-metrics and logs."""
+    found: list[tuple[str, str]] = []
+    groups = (
+        snapshot.utilization, snapshot.memory, snapshot.thermal, snapshot.power, snapshot.clocks,
+        snapshot.pcie, snapshot.ecc, snapshot.retired_pages, snapshot.remapped_rows, snapshot.modes,
+    )
+    for group in groups:
+        if group is None:
+            continue
+        for name in group.__slots__:
+            value = getattr(group, name)
+            if isinstance(value, Unavailable) and value.reason in ("error", "no_permission"):
+                found.append((f"{type(group).__name__.lower()}.{name}", value.detail or value.reason))
+    return tuple(found)

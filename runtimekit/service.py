@@ -1,0 +1,161 @@
+"""Wiring and lifecycle of the node agent (``runtimekit serve``).
+
+Each long-lived component is one cleanup context: it starts its tasks or threads, yields, then
+stops them; aiohttp runs teardown exactly for the contexts whose startup ran. Order matters:
+the simulator (when asked for) is installed below pynvml before NVML is first touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import signal
+from contextlib import suppress
+from typing import AsyncIterator, Callable
+
+from aiohttp import web
+
+from runtimekit import __version__
+from runtimekit.config import Config
+from runtimekit.gpu.events import XidWatcher
+from runtimekit.gpu.nvml import NvmlSession
+from runtimekit.gpu.reader import NodeReader
+from runtimekit.sampler import Sampler
+from runtimekit.state import NodeState
+
+log = logging.getLogger(__name__)
+
+CONFIG = web.AppKey("config", Config)
+STATE = web.AppKey("state", NodeState)
+SESSION = web.AppKey("session", NvmlSession)
+SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s promised
+
+
+def build_app(config: Config) -> web.Application:
+    """The agent as an aiohttp application; nothing starts until the app does."""
+    from exporter import build_exposition, add_exporter_routes
+
+    app = web.Application()
+    app[CONFIG] = config
+    app[STATE] = NodeState()
+    app[SESSION] = NvmlSession()
+    if config.sim_scenario:
+        _add_simulator(app, config)
+    app.cleanup_ctx.append(_sampling_context)
+    add_exporter_routes(app, build_exposition(app[STATE], config.exporter_collectors))
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/", _landing)
+    return app
+
+
+def _add_simulator(app: web.Application, config: Config) -> None:
+    """Install the simulated node below pynvml and expose its loopback-only control routes."""
+    from runtimekit import sim
+    from runtimekit.sim.control import add_control_routes
+
+    node = sim.SimulatedNode(sim.load_scenario(config.sim_scenario), seed=config.sim_seed)
+    node.set_process_count(config.sim_processes)
+    add_control_routes(app, node)
+
+    async def simulator_context(app: web.Application) -> AsyncIterator[None]:
+        sim.install(node)
+        log.info("simulated node %r installed below pynvml (%d GPUs)", node.scenario.name, len(node.scenario.gpus))
+        yield
+        sim.uninstall()
+
+    app.cleanup_ctx.append(simulator_context)
+
+
+async def _sampling_context(app: web.Application) -> AsyncIterator[None]:
+    """The sampler task and the XID event thread, sharing one NVML session."""
+    config, state, session = app[CONFIG], app[STATE], app[SESSION]
+    reader = NodeReader(session, limits_refresh_seconds=config.sampling_limits_refresh_seconds)
+    sampler = Sampler(
+        reader,
+        state,
+        interval_seconds=config.sampling_interval_seconds,
+        timeout_seconds=config.sampling_timeout_seconds,
+        nvml_retry_seconds=config.sampling_nvml_retry_seconds,
+    )
+    watcher = XidWatcher(session, state.record_xid, rebuild_seconds=config.sampling_nvml_retry_seconds)
+    task = asyncio.create_task(sampler.run(), name="runtimekit-sampler")
+    watcher.start()
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        await asyncio.get_running_loop().run_in_executor(None, watcher.stop)
+        sampler.close()
+        session.shutdown()
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    snapshot = request.app[STATE].snapshot
+    if snapshot is None:
+        return web.Response(status=503, text="not ready: no snapshot yet\n")
+    return web.Response(text="ready\n")
+
+
+async def _landing(request: web.Request) -> web.Response:
+    config, snapshot = request.app[CONFIG], request.app[STATE].snapshot
+    if snapshot is None:
+        status = "waiting for the first sample"
+    elif not snapshot.nvml_up:
+        status = f"NVML unavailable: {snapshot.nvml_error}"
+    else:
+        status = f"{snapshot.device_count} GPUs"
+    node = f"simulated node <code>{html.escape(config.sim_scenario)}</code>" if config.sim_scenario else "this node"
+    body = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Runtime Kit</title></head>
+<body><h1>Runtime Kit {__version__}</h1>
+<p>GPU node agent on {node}: {html.escape(status)}.</p>
+<ul>
+<li><a href="/metrics">/metrics</a> — Prometheus metrics</li>
+<li><a href="/healthz">/healthz</a> — alive</li>
+<li><a href="/readyz">/readyz</a> — ready once the first snapshot exists</li>
+</ul></body></html>
+"""
+    return web.Response(text=body, content_type="text/html")
+
+
+async def serve(config: Config, *, on_listening: Callable[[str], None] | None = None) -> None:
+    """Run the agent until SIGTERM or SIGINT; stop cleanly within SHUTDOWN_SECONDS."""
+    app = build_app(config)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.listen_host, config.listen_port)
+        await site.start()
+        address = _address(site)
+        log.info("listening on %s", address)
+        if on_listening:
+            on_listening(address)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        try:
+            await asyncio.wait_for(runner.cleanup(), SHUTDOWN_SECONDS)
+        except TimeoutError:
+            log.error("shutdown took longer than %.1f s; exiting anyway", SHUTDOWN_SECONDS)
+
+
+def _address(site: web.TCPSite) -> str:
+    server = site._server  # aiohttp keeps the bound sockets here; needed for port 0
+    sockets = getattr(server, "sockets", None) or []
+    if sockets:
+        host, port = sockets[0].getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+    return site.name

@@ -1,0 +1,70 @@
+"""Configuration: defaults, file + flags, and errors that name the key and the rule."""
+
+import pytest
+
+from runtimekit import config
+from runtimekit.config import ConfigError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "runtimekit.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_hold_without_a_file():
+    cfg = config.load()
+    assert cfg.sampling_interval_seconds == 1.0
+    assert cfg.listen_port == config.DEFAULT_PORT
+    assert cfg.sim_scenario is None
+
+
+def test_file_values_and_flag_overrides(tmp_path):
+    path = write(tmp_path, "listen: 127.0.0.1:9000\nsampling:\n  interval_seconds: 2.5\nsim:\n  scenario: dgx-a100\n")
+    cfg = config.load(path, {"sampling.interval_seconds": 0.5, "listen": None})
+    assert cfg.listen_host == "127.0.0.1" and cfg.listen_port == 9000
+    assert cfg.sampling_interval_seconds == 0.5  # the flag wins
+    assert cfg.sim_scenario == "dgx-a100"
+
+
+@pytest.mark.parametrize(
+    "text, key, rule",
+    [
+        ("sampling:\n  intervall_seconds: 1\n", "sampling.intervall_seconds", "unknown key"),
+        ("sampling:\n  interval_seconds: fast\n", "sampling.interval_seconds", "must be an integer or a number"),
+        ("sampling:\n  interval_seconds: 0.01\n", "sampling.interval_seconds", "between 0.1 and 60"),
+        ("sampling:\n  interval_seconds: true\n", "sampling.interval_seconds", "got a boolean"),
+        ("log_level: loud\n", "log_level", "one of debug, info, warning, error"),
+        ("listen: nowhere\n", "listen", "HOST:PORT"),
+        ("listen: 127.0.0.1:99999\n", "listen", "0..65535"),
+        ("exporter:\n  collectors:\n    nvlink: maybe\n", "exporter.collectors", "true or false"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_rule(tmp_path, text, key, rule):
+    with pytest.raises(ConfigError) as error:
+        config.load(write(tmp_path, text))
+    assert str(error.value).startswith(key)
+    assert rule in str(error.value)
+
+
+def test_unknown_key_lists_the_allowed_ones(tmp_path):
+    with pytest.raises(ConfigError, match="allowed keys are .*sampling.interval_seconds"):
+        config.load(write(tmp_path, "colour: blue\n"))
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(write(tmp_path, "a: [1, 2\n"))
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        config.load(write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_flag_values_are_validated_too():
+    with pytest.raises(ConfigError, match="sampling.interval_seconds: must be between"):
+        config.load(None, {"sampling.interval_seconds": 1000.0})
+
+
+def test_ipv6_listen_address():
+    assert config.parse_listen("[::1]:9445") == ("::1", 9445)
