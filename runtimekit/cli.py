@@ -81,9 +81,9 @@ def _run_serve(args: argparse.Namespace) -> int:
             from runtimekit import sim
 
             sim.load_scenario(config.sim_scenario)  # a bad scenario is a usage error, before anything starts
-        from exporter import validate_collectors
+        from exporter import enabled_collectors
 
-        validate_collectors(config.exporter_collectors)
+        enabled_collectors(config.exporter_collectors)
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -34,7 +34,7 @@ SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s promised
 
 def build_app(config: Config) -> web.Application:
     """The agent as an aiohttp application; nothing starts until the app does."""
-    from exporter import build_exposition, add_exporter_routes
+    from exporter import ExpositionCache, add_exporter_routes, build_registry
 
     app = web.Application()
     app[CONFIG] = config
@@ -43,7 +43,7 @@ def build_app(config: Config) -> web.Application:
     if config.sim_scenario:
         _add_simulator(app, config)
     app.cleanup_ctx.append(_sampling_context)
-    add_exporter_routes(app, build_exposition(app[STATE], config.exporter_collectors))
+    add_exporter_routes(app, ExpositionCache(app[STATE], build_registry(app[STATE], config.exporter_collectors)))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/", _landing)

@@ -194,8 +194,9 @@ class GpuSnapshot:
     """Everything sampled from one GPU at one moment.
 
     ``lost`` is True once NVML answered GPU_IS_LOST for this device; the other fields then hold
-    what could still be read (usually nothing). ``errors`` maps a reading's name to the NVML
-    error that made it unavailable, for the self-metrics and logs.
+    what could still be read (usually nothing). ``errors`` lists (reading name, NVML error) for
+    readings that failed with a real error — "not supported" and "function not found" are facts
+    of the device, not errors, and are not listed — for the self-metrics and logs.
     """
 
     index: int

@@ -1,0 +1,1 @@
+"""One collector per file; each reads NodeState and yields fresh metric families."""

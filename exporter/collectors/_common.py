@@ -1,0 +1,84 @@
+"""Helpers shared by the card collectors: label sets, family builders, Unavailable filtering.
+
+Every family a collector yields is built fresh on each ``collect()`` from ``state.snapshot``: a GPU,
+link or label value that is no longer in the snapshot is simply not in the next exposition.
+A reading that is ``Unavailable`` is skipped (never exported as 0, -1 or NaN), and a family that
+ends up with no samples is not yielded at all.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from runtimekit.gpu.types import GpuSnapshot, is_available
+from runtimekit.state import NodeState
+
+Clock = Callable[[], float]
+
+GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
+
+SAMPLED = "Sampled on the agent's interval; the exposition is cached per sample."
+
+
+class Collector(Protocol):
+    """The one contract: yield fresh metric families built from the latest snapshot."""
+
+    def collect(self) -> Iterable[Metric]: ...
+
+
+class CardCollector:
+    """Base for collectors that read ``state.snapshot``; ``clock`` is unix time (injectable)."""
+
+    def __init__(self, state: NodeState, clock: Clock = time.time) -> None:
+        self._state = state
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def gpu_labels(gpu: GpuSnapshot) -> list[str]:
+    """Label values for ``GPU_LABELS``: the NVML index as a string and the UUID."""
+    return [str(gpu.index), gpu.uuid]
+
+
+def all_gpus(state: NodeState) -> tuple[GpuSnapshot, ...]:
+    """Every GPU of the latest snapshot, lost ones included (none before the first sample)."""
+    snapshot = state.snapshot
+    return () if snapshot is None else snapshot.gpus
+
+
+def live_gpus(state: NodeState) -> Iterator[GpuSnapshot]:
+    """GPUs of the latest snapshot that are not lost: a lost GPU exports only its info and lost gauge."""
+    return (gpu for gpu in all_gpus(state) if not gpu.lost)
+
+
+def gauge(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, f"{doc} {SAMPLED}", labels=list(labels), unit=unit)
+
+
+def counter(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> CounterMetricFamily:
+    """A counter family; ``name`` ends in ``_total`` (prometheus_client strips and re-adds it)."""
+    return CounterMetricFamily(name, f"{doc} {SAMPLED}", labels=list(labels), unit=unit)
+
+
+def add(family: GaugeMetricFamily | CounterMetricFamily, labels: Sequence[str], value: object) -> None:
+    """Add one sample unless the reading is missing (``None``) or ``Unavailable``; bools become 0/1."""
+    if value is None or not is_available(value):
+        return
+    family.add_metric(list(labels), float(value))  # type: ignore[arg-type]
+
+
+def nonempty(*families: Metric) -> Iterator[Metric]:
+    """Yield only the families that got at least one sample."""
+    return (family for family in families if family.samples)
+
+
+def text(value: object) -> str:
+    """A label value: the string, or "" when the reading is Unavailable (same as an absent label)."""
+    if value is None or not is_available(value):
+        return ""
+    return str(value)

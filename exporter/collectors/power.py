@@ -1,0 +1,26 @@
+"""Power draw and limit (nvmlDeviceGetPowerUsage / GetEnforcedPowerLimit, mW -> W) and energy
+(nvmlDeviceGetTotalEnergyConsumption, mJ -> J, a counter since driver load)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import Metric
+
+from exporter.collectors._common import CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+
+
+class PowerCollector(CardCollector):
+    def collect(self) -> Iterable[Metric]:
+        draw = gauge("runtimekit_gpu_power_draw_watts", "Power draw in watts (NVML's averaged reading; prefer rate(runtimekit_gpu_energy_joules_total)).", unit="watts")
+        limit = gauge("runtimekit_gpu_power_limit_watts", "Enforced power limit in watts.", unit="watts")
+        energy = counter("runtimekit_gpu_energy_joules_total", "Energy consumed since the driver was loaded, in joules (resets on driver reload).", unit="joules")
+        for gpu in live_gpus(self._state):
+            p = gpu.power
+            if p is None:
+                continue
+            labels = gpu_labels(gpu)
+            add(draw, labels, p.draw_watts)
+            add(limit, labels, p.limit_watts)
+            add(energy, labels, p.energy_joules)
+        yield from nonempty(draw, limit, energy)

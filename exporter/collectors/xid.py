@@ -1,0 +1,24 @@
+"""XID errors as one counter per (GPU, code), from ``state.xid_counts`` (filled by the event thread
+waiting on nvmlEventSetWait). Never a "last XID" gauge: that would lose repeats."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import Metric
+
+from exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty
+
+
+class XidCollector(CardCollector):
+    """XID counts are events, not readings: they stay exported for a lost GPU (XID 79 is how it got lost)."""
+
+    def collect(self) -> Iterable[Metric]:
+        xids = counter(
+            "runtimekit_gpu_xid_errors_total",
+            "XID errors reported by the driver since the agent started, by XID code.",
+            labels=(*GPU_LABELS, "xid"),
+        )
+        for (index, uuid, code), count in sorted(self._state.xid_counts.items()):
+            xids.add_metric([str(index), uuid, str(code)], float(count))
+        yield from nonempty(xids)

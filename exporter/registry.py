@@ -1,0 +1,103 @@
+"""The one table of collectors: name -> (factory, enabled by default, description).
+
+It produces the configuration switches (``{name: bool}``), the start-up line "enabled collectors: …"
+and the ``CollectorRegistry`` the exposition renders. Clock (unix time, for ages) and timer (for
+collector durations) are injectable so that golden expositions can be byte-for-byte stable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from prometheus_client import CollectorRegistry
+
+from runtimekit.state import NodeState
+
+from exporter.collectors._common import Clock, Collector
+from exporter.collectors.clocks import ClocksCollector
+from exporter.collectors.ecc import EccCollector
+from exporter.collectors.info import InfoCollector
+from exporter.collectors.memory import MemoryCollector
+from exporter.collectors.modes import ModesCollector
+from exporter.collectors.nvlink import NvLinkCollector
+from exporter.collectors.pcie import PcieCollector
+from exporter.collectors.power import PowerCollector
+from exporter.collectors.remap import RemapCollector
+from exporter.collectors.self import SelfCollector
+from exporter.collectors.thermal import ThermalCollector
+from exporter.collectors.utilization import UtilizationCollector
+from exporter.collectors.xid import XidCollector
+from exporter.timing import LOG, CollectorSet
+
+CollectorFactory = Callable[[NodeState, Clock], Collector]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorSpec:
+    factory: CollectorFactory
+    enabled_by_default: bool
+    description: str
+
+
+# Order here is the order of families in the exposition.
+COLLECTORS: Mapping[str, CollectorSpec] = {
+    "self": CollectorSpec(SelfCollector, True, "the agent itself: NVML up, sampler cycles and failures, snapshot age, build info"),
+    "info": CollectorSpec(InfoCollector, True, "GPU identity (runtimekit_gpu_info) and lost GPUs"),
+    "utilization": CollectorSpec(UtilizationCollector, True, "GPU, memory, encoder and decoder busy ratios"),
+    "memory": CollectorSpec(MemoryCollector, True, "framebuffer and BAR1 memory in bytes"),
+    "thermal": CollectorSpec(ThermalCollector, True, "GPU and HBM temperatures, thermal thresholds, fan speed"),
+    "power": CollectorSpec(PowerCollector, True, "power draw and limit, energy counter"),
+    "clocks": CollectorSpec(ClocksCollector, True, "clocks, clock event (throttle) reasons, performance state"),
+    "pcie": CollectorSpec(PcieCollector, True, "PCIe link generation and width, traffic and replay counters"),
+    "ecc": CollectorSpec(EccCollector, True, "ECC mode and error counts"),
+    "remap": CollectorSpec(RemapCollector, True, "retired pages and row remapping"),
+    "nvlink": CollectorSpec(NvLinkCollector, True, "NVLink state, error and traffic counters per link"),
+    "xid": CollectorSpec(XidCollector, True, "XID error counters per GPU and code"),
+    "modes": CollectorSpec(ModesCollector, True, "compute, persistence and MIG modes"),
+}
+
+COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
+
+
+def enabled_collectors(config: Mapping[str, bool] | None = None) -> tuple[str, ...]:
+    """Names of the collectors to run: the defaults, overridden by ``config`` (``{name: bool}``).
+
+    Raises ``ValueError`` naming an unknown collector and the allowed names, or a non-boolean value.
+    """
+    config = dict(config or {})
+    for name, value in config.items():
+        if name not in COLLECTORS:
+            raise ValueError(f"unknown collector {name!r}; allowed: {', '.join(COLLECTOR_NAMES)}")
+        if not isinstance(value, bool):
+            raise ValueError(f"collector {name!r}: expected true or false, got {value!r}")
+    return tuple(name for name, spec in COLLECTORS.items() if config.get(name, spec.enabled_by_default))
+
+
+def build_collector_set(
+    state: NodeState,
+    config: Mapping[str, bool] | None = None,
+    *,
+    clock: Clock = time.time,
+    timer: Callable[[], float] = time.perf_counter,
+    logger: logging.Logger = LOG,
+) -> CollectorSet:
+    names = enabled_collectors(config)
+    logger.info("enabled collectors: %s", ", ".join(names) if names else "(none)")
+    return CollectorSet({name: COLLECTORS[name].factory(state, clock) for name in names}, timer=timer, logger=logger)
+
+
+def build_registry(
+    state: NodeState,
+    config: Mapping[str, bool] | None = None,
+    *,
+    clock: Clock = time.time,
+    timer: Callable[[], float] = time.perf_counter,
+    logger: logging.Logger = LOG,
+) -> CollectorRegistry:
+    """A fresh ``CollectorRegistry`` (never the global one) holding the enabled collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(build_collector_set(state, config, clock=clock, timer=timer, logger=logger))
+    return registry

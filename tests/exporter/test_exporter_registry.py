@@ -1,0 +1,101 @@
+"""The collector table, configuration errors, and the shared timing/isolation wrapper."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from prometheus_client import generate_latest
+
+from exporter.registry import COLLECTOR_NAMES, COLLECTORS, build_registry, enabled_collectors
+from exporter.collectors.self import SelfCollector
+from exporter.timing import CollectorSet
+from exporter_factories import make_snapshot, make_state, names, value
+
+
+def test_defaults_and_overrides():
+    assert enabled_collectors() == tuple(n for n, s in COLLECTORS.items() if s.enabled_by_default)
+    assert "nvlink" not in enabled_collectors({"nvlink": False})
+    assert set(COLLECTOR_NAMES) >= {"self", "info", "utilization", "memory", "thermal", "power", "clocks",
+                                     "pcie", "ecc", "remap", "nvlink", "xid", "modes"}
+    for spec in COLLECTORS.values():
+        assert spec.description and "\n" not in spec.description
+
+
+def test_unknown_collector_names_it_and_the_allowed_ones():
+    with pytest.raises(ValueError) as err:
+        enabled_collectors({"nvlnk": True})
+    assert "'nvlnk'" in str(err.value)
+    for name in COLLECTOR_NAMES:
+        assert name in str(err.value)
+
+
+def test_non_boolean_switch_is_rejected():
+    with pytest.raises(ValueError, match="ecc"):
+        enabled_collectors({"ecc": "yes"})
+
+
+def test_logs_enabled_collectors(caplog):
+    with caplog.at_level(logging.INFO, logger="runtimekit.exporter"):
+        build_registry(make_state(), {"nvlink": False, "xid": False})
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("enabled collectors: "))
+    assert "nvlink" not in line and "xid" not in line and "info" in line
+
+
+def test_disabled_collector_has_no_series():
+    registry = build_registry(make_state(make_snapshot()), {"nvlink": False})
+    text = generate_latest(registry).decode()
+    assert "runtimekit_gpu_nvlink" not in text
+    assert 'runtimekit_collector_success{collector="nvlink"}' not in text
+    assert 'runtimekit_collector_success{collector="memory"} 1.0' in text
+
+
+class Boom:
+    def __init__(self):
+        self.fail = True
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        g = GaugeMetricFamily("runtimekit_boom_partial", "half-built")
+        g.add_metric([], 1)
+        yield g
+        if self.fail:
+            raise RuntimeError("boom")
+        yield GaugeMetricFamily("runtimekit_boom_rest", "rest", value=2)
+
+
+def test_failing_collector_costs_only_its_own_series(caplog):
+    state = make_state(make_snapshot())
+    boom = Boom()
+    ticks = iter(range(1000))
+    cs = CollectorSet({"memory": COLLECTORS["memory"].factory(state, lambda: 0.0), "boom": boom, "self": SelfCollector(state)},
+                      timer=lambda: float(next(ticks)))
+    with caplog.at_level(logging.INFO, logger="runtimekit.exporter"):
+        for _ in range(3):
+            fams = list(cs.collect())
+            assert value(fams, "runtimekit_collector_success", collector="boom") == 0.0
+            assert value(fams, "runtimekit_collector_success", collector="memory") == 1.0
+            assert value(fams, "runtimekit_collector_duration_seconds", collector="boom") == 1.0
+            assert "runtimekit_boom_partial" not in names(fams)  # a half-built output is dropped whole
+            assert "runtimekit_gpu_memory_used_bytes" in names(fams)
+            assert "runtimekit_nvml_up" in names(fams)
+        failures = [r for r in caplog.records if "collector boom failed" in r.getMessage()]
+        assert len(failures) == 1 and failures[0].exc_info  # once per transition, with the traceback
+        boom.fail = False
+        fams = list(cs.collect())
+        fams = list(cs.collect())
+    assert value(fams, "runtimekit_collector_success", collector="boom") == 1.0
+    assert {"runtimekit_boom_partial", "runtimekit_boom_rest"} <= names(fams)
+    assert [r.getMessage() for r in caplog.records].count("collector boom recovered") == 1
+
+
+def test_failing_collector_does_not_break_generate_latest():
+    state = make_state(make_snapshot())
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(CollectorSet({"boom": Boom(), "info": COLLECTORS["info"].factory(state, lambda: 0.0)}))
+    text = generate_latest(registry).decode()
+    assert 'runtimekit_collector_success{collector="boom"} 0.0' in text
+    assert "runtimekit_gpu_info{" in text
