@@ -1,0 +1,55 @@
+"""Client of the simulator control API (``control.py``), stdlib only and synchronous (for the CLI)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+__all__ = ["SimClientError", "SimRejectedError", "inject_remote", "request_json"]
+
+
+class SimClientError(RuntimeError):
+    """The agent could not be reached, or its answer was not usable."""
+
+
+class SimRejectedError(SimClientError, ValueError):
+    """The agent answered 4xx: the request was invalid or refused (its message is included).
+
+    Also a ValueError, so a CLI treats it as a usage error."""
+
+
+def request_json(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -> dict:
+    """Send ``body`` as JSON and return the decoded JSON answer (SimClientError otherwise)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except (ValueError, AttributeError):
+            pass
+        cls = SimRejectedError if 400 <= exc.code < 500 else SimClientError
+        raise cls(f"{method} {url}: HTTP {exc.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SimClientError(f"agent at {url} is unreachable: {reason}") from None
+    except ValueError as exc:
+        raise SimClientError(f"{method} {url}: answer is not JSON: {exc}") from None
+
+
+def inject_remote(
+    agent_url: str, gpu: int, fault: str, params: dict, clear: bool = False, timeout: float = 5.0
+) -> dict:
+    """Inject (or with ``clear``, clear) ``fault`` on ``gpu`` of the agent at ``agent_url``.
+
+    Returns the agent's JSON answer: {"fault": {...}} or {"cleared": n}.
+    """
+    url = agent_url.rstrip("/") + "/sim/v1/faults"
+    if clear:
+        return request_json("DELETE", url, {"gpu": gpu, "fault": fault}, timeout)
+    return request_json("POST", url, {"gpu": gpu, "fault": fault, "params": params or {}}, timeout)

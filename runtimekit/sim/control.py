@@ -1,0 +1,149 @@
+"""HTTP control API of the simulated node (JSON, loopback peers only).
+
+    GET    /sim/v1/faults      -> {"faults": [...], "kinds": {kind: {description, params}}}
+    POST   /sim/v1/faults      {"gpu": 0, "fault": "xid", "params": {"xid": 79}} -> {"fault": {...}}
+    DELETE /sim/v1/faults      {"gpu": 0, "fault": "xid" | null} -> {"cleared": n}
+    GET    /sim/v1/processes   -> {"processes": [...]}
+    POST   /sim/v1/processes   {"gpu": 0, "used_memory_bytes": N, "name"?: str, "pid"?: int} -> {"pid": pid}
+                               or {"count": N} (background churn) -> {"count": N}
+    DELETE /sim/v1/processes   {"pid": pid} -> {"removed": pid}
+
+A peer outside 127.0.0.0/8 and ::1 gets 403. Bad input gets 400 with {"error": "<field>: <rule>"}
+and changes nothing. Handlers only touch in-memory node state (no NVML, no I/O), so they run on
+the event loop.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from .faults import FAULT_KINDS, FaultError
+from .node import SimulatedNode
+
+__all__ = ["add_control_routes", "fault_kinds_json", "is_loopback"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_loopback(remote: str | None) -> bool:
+    """True for 127.0.0.0/8 and ::1 (and IPv4-mapped loopback)."""
+    if not remote:
+        return False
+    try:
+        addr = ipaddress.ip_address(remote.split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if not is_loopback(request.remote):
+            return _error(403, f"simulator control is only served to loopback peers, not {request.remote}")
+        try:
+            return web.json_response(await fn(request))
+        except FaultError as exc:
+            return _error(400, str(exc))
+        except LookupError as exc:
+            return _error(404, str(exc.args[0]) if exc.args else "not found")
+
+    return handler
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise FaultError("body: not valid JSON") from None
+    if not isinstance(body, dict):
+        raise FaultError("body: must be a JSON object")
+    return body
+
+
+def _int(body: dict[str, Any], key: str, *, required: bool = True) -> int | None:
+    v = body.get(key)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FaultError(f"{key}: required, must be an integer (got {v!r})")
+    return v
+
+
+def fault_kinds_json() -> dict[str, Any]:
+    """FAULT_KINDS as JSON: kind -> {description, params: [{name, type, default, allowed}]}."""
+    return {
+        k: {
+            "description": s.description,
+            "params": [
+                {"name": p.name, "type": p.type.__name__, "default": p.default, "allowed": p.allowed(), "help": p.help}
+                for p in s.params
+            ],
+        }
+        for k, s in FAULT_KINDS.items()
+    }
+
+
+def add_control_routes(app: web.Application, node: SimulatedNode) -> None:
+    """Add the /sim/v1 routes for ``node`` to ``app``."""
+
+    async def get_faults(request: web.Request) -> Any:
+        return {"faults": node.active_faults(), "kinds": fault_kinds_json()}
+
+    async def post_fault(request: web.Request) -> Any:
+        body = await _body(request)
+        gpu = _int(body, "gpu")
+        kind = body.get("fault")
+        if not isinstance(kind, str):
+            raise FaultError(f"fault: required, must be one of {', '.join(sorted(FAULT_KINDS))}")
+        params = body.get("params") or {}
+        if not isinstance(params, dict):
+            raise FaultError("params: must be an object")
+        return {"fault": node.inject(gpu, kind, **params)}
+
+    async def delete_fault(request: web.Request) -> Any:
+        body = await _body(request)
+        gpu = _int(body, "gpu")
+        kind = body.get("fault")
+        if kind is not None and not isinstance(kind, str):
+            raise FaultError("fault: must be a fault kind or null (all)")
+        return {"cleared": node.clear(gpu, kind)}
+
+    async def get_processes(request: web.Request) -> Any:
+        return {"processes": node.processes()}
+
+    async def post_process(request: web.Request) -> Any:
+        body = await _body(request)
+        if "count" in body:
+            count = _int(body, "count")
+            node.set_process_count(count)
+            return {"count": count}
+        gpu = _int(body, "gpu")
+        size = _int(body, "used_memory_bytes")
+        pid = _int(body, "pid", required=False)
+        name = body.get("name", "python")
+        return {"pid": node.add_process(gpu, size, name=name, pid=pid)}
+
+    async def delete_process(request: web.Request) -> Any:
+        body = await _body(request)
+        pid = _int(body, "pid")
+        node.remove_process(pid)
+        return {"removed": pid}
+
+    app.router.add_get("/sim/v1/faults", _guarded(get_faults))
+    app.router.add_post("/sim/v1/faults", _guarded(post_fault))
+    app.router.add_delete("/sim/v1/faults", _guarded(delete_fault))
+    app.router.add_get("/sim/v1/processes", _guarded(get_processes))
+    app.router.add_post("/sim/v1/processes", _guarded(post_process))
+    app.router.add_delete("/sim/v1/processes", _guarded(delete_process))

@@ -1,0 +1,418 @@
+"""Scenario files: the machine a simulated node pretends to be.
+
+A scenario is YAML (built-ins live in ``runtimekit/sim/scenarios/``): driver versions, a
+``models:`` section with the facts of each GPU model written once, the node's NUMA layout,
+NVSwitches, NICs and one entry per GPU (identity, PCI bus id, NUMA node, CPU affinity, PCIe switch,
+NICs, and for each NVLink the index of the NVSwitch at its far end). Top-level keys starting with
+``x-`` are free (YAML anchors live there). Loading validates everything: an unknown key, a wrong
+type or a broken cross-reference raises ``ScenarioError`` naming the key path and the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ScenarioError",
+    "Scenario",
+    "GpuModel",
+    "GpuSpec",
+    "NvSwitchSpec",
+    "NicSpec",
+    "NumaNodeSpec",
+    "load_scenario",
+    "list_scenarios",
+    "parse_scenario",
+    "ARCHITECTURES",
+    "LOAD_PROFILES",
+]
+
+#: architecture name -> NVML_DEVICE_ARCH_* value (pynvml constants).
+ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
+#: simulated load profiles (see ``runtimekit.sim.load``).
+LOAD_PROFILES = ("training", "idle", "busy")
+
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing, malformed, or breaks a rule; the message names the key."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Facts shared by every GPU of one model (units in the field names)."""
+
+    key: str
+    name: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    pci_device_id: int
+    pci_subsystem_id: int
+    vbios_version: str
+    board_part_number: str
+    memory_total_mib: int
+    memory_reserved_mib: int
+    bar1_total_mib: int
+    power_limit_w: int
+    power_idle_w: int
+    clocks_max_mhz: dict[str, int]
+    clocks_idle_mhz: dict[str, int]
+    temperature_thresholds_c: dict[str, int]
+    pcie_generation: int
+    pcie_width: int
+    nvlink_version: int
+    nvlink_links: int
+    nvlink_link_gbps: int  # GB/s per direction per link
+    mig_capable: bool
+    fan: bool
+    retired_pages: bool
+    row_remapping: bool
+
+    @property
+    def arch_code(self) -> int:
+        """NVML_DEVICE_ARCH_* for ``architecture``."""
+        return ARCHITECTURES[self.architecture]
+
+
+@dataclass(frozen=True)
+class NvSwitchSpec:
+    id: int
+    pci_bus_id: str
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    name: str
+    pci_bus_id: str
+    numa_node: int
+    pcie_switch: str
+    rate_gbps: int
+
+
+@dataclass(frozen=True)
+class NumaNodeSpec:
+    id: int
+    cpus: str
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU of the node; ``nvlinks[i]`` is the NVSwitch index at the far end of link i."""
+
+    index: int
+    model: GpuModel
+    uuid: str
+    serial: str
+    pci_bus_id: str
+    numa_node: int
+    cpu_affinity: str
+    pcie_switch: str
+    nics: tuple[str, ...]
+    nvlinks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario; ``raw`` keeps the parsed YAML for later readers."""
+
+    name: str
+    description: str
+    driver_version: str
+    cuda_driver_version: int
+    nvml_version: str
+    models: dict[str, GpuModel]
+    gpus: tuple[GpuSpec, ...]
+    nvswitches: tuple[NvSwitchSpec, ...]
+    nics: tuple[NicSpec, ...]
+    numa_nodes: tuple[NumaNodeSpec, ...]
+    sockets: int
+    cpu_model: str
+    load_profile: str
+    source: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+# ---- schema ---------------------------------------------------------------------------------
+# A spec is a Python type (or tuple of types), a dict (object with exactly these keys; a key
+# ending in "?" is optional), or a one-element list (list of that spec).
+
+_CLOCKS = {"sm": int, "memory": int, "graphics": int}
+_MODEL = {
+    "name": str,
+    "architecture": str,
+    "compute_capability": [int],
+    "pci_device_id": int,
+    "pci_subsystem_id": int,
+    "vbios_version": str,
+    "board_part_number": str,
+    "memory_total_mib": int,
+    "memory_reserved_mib": int,
+    "bar1_total_mib": int,
+    "power_limit_w": int,
+    "power_idle_w": int,
+    "clocks_max_mhz": _CLOCKS,
+    "clocks_idle_mhz": _CLOCKS,
+    "temperature_thresholds_c": {"shutdown": int, "slowdown": int, "gpu_max": int, "mem_max": int},
+    "pcie": {"generation": int, "width": int},
+    "nvlink": {"version": int, "links": int, "link_gbps": int},
+    "mig_capable": bool,
+    "fan": bool,
+    "retired_pages": bool,
+    "row_remapping": bool,
+}
+_GPU = {
+    "index": int,
+    "model": str,
+    "uuid": str,
+    "serial": str,
+    "pci_bus_id": str,
+    "numa_node": int,
+    "cpu_affinity": str,
+    "pcie_switch": str,
+    "nics": [str],
+    "nvlinks": [int],
+}
+_SCHEMA = {
+    "name": str,
+    "description?": str,
+    "driver": {"version": str, "cuda_version": int, "nvml_version": str},
+    "models": dict,  # name -> _MODEL, checked below
+    "node": {"sockets": int, "cpu_model?": str, "numa_nodes": [{"id": int, "cpus": str}]},
+    "nvswitches?": [{"id": int, "pci_bus_id": str}],
+    "nics?": [{"name": str, "pci_bus_id": str, "numa_node": int, "pcie_switch": str, "rate_gbps": int}],
+    "gpus": [_GPU],
+    "load?": {"profile": str},
+}
+
+
+def _type_name(spec: Any) -> str:
+    if isinstance(spec, tuple):
+        return " or ".join(t.__name__ for t in spec)
+    if isinstance(spec, dict) or spec is dict:
+        return "mapping"
+    if isinstance(spec, list):
+        return "list"
+    return spec.__name__
+
+
+def _check(value: Any, spec: Any, path: str) -> None:
+    """Raise ScenarioError when ``value`` does not match ``spec`` (see above)."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise ScenarioError(f"{path or 'scenario'}: expected a mapping, got {type(value).__name__}")
+        allowed = {k.rstrip("?"): k.endswith("?") for k in spec}
+        for key in value:
+            if not isinstance(key, str):
+                raise ScenarioError(f"{path}: keys must be strings, got {key!r}")
+            if path == "" and key.startswith("x-"):
+                continue
+            if key not in allowed:
+                raise ScenarioError(
+                    f"{_join(path, key)}: unknown key (allowed: {', '.join(sorted(allowed))})"
+                )
+        for key, optional in allowed.items():
+            sub = spec[key + "?" if optional else key]
+            if key not in value:
+                if not optional:
+                    raise ScenarioError(f"{_join(path, key)}: required key is missing")
+                continue
+            _check(value[key], sub, _join(path, key))
+        return
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            raise ScenarioError(f"{path}: expected a list, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _check(item, spec[0], f"{path}[{i}]")
+        return
+    types = spec if isinstance(spec, tuple) else (spec,)
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        raise ScenarioError(f"{path}: expected {_type_name(spec)}, got {type(value).__name__} ({value!r})")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _model(key: str, m: dict[str, Any]) -> GpuModel:
+    path = f"models.{key}"
+    _check(m, _MODEL, path)
+    if m["architecture"] not in ARCHITECTURES:
+        raise ScenarioError(f"{path}.architecture: must be one of {', '.join(ARCHITECTURES)}")
+    if len(m["compute_capability"]) != 2:
+        raise ScenarioError(f"{path}.compute_capability: must be [major, minor]")
+    for k in ("memory_total_mib", "bar1_total_mib", "power_limit_w", "power_idle_w"):
+        if m[k] <= 0:
+            raise ScenarioError(f"{path}.{k}: must be > 0")
+    if not 0 <= m["memory_reserved_mib"] < m["memory_total_mib"]:
+        raise ScenarioError(f"{path}.memory_reserved_mib: must be in 0..memory_total_mib-1")
+    if m["power_idle_w"] >= m["power_limit_w"]:
+        raise ScenarioError(f"{path}.power_idle_w: must be below power_limit_w")
+    if not 1 <= m["pcie"]["generation"] <= 6:
+        raise ScenarioError(f"{path}.pcie.generation: must be in 1..6")
+    if m["pcie"]["width"] not in (1, 2, 4, 8, 16, 32):
+        raise ScenarioError(f"{path}.pcie.width: must be one of 1, 2, 4, 8, 16, 32")
+    if not 0 <= m["nvlink"]["links"] <= 18:
+        raise ScenarioError(f"{path}.nvlink.links: must be in 0..18")
+    return GpuModel(
+        key=key,
+        name=m["name"],
+        architecture=m["architecture"],
+        compute_capability=(m["compute_capability"][0], m["compute_capability"][1]),
+        pci_device_id=m["pci_device_id"],
+        pci_subsystem_id=m["pci_subsystem_id"],
+        vbios_version=m["vbios_version"],
+        board_part_number=m["board_part_number"],
+        memory_total_mib=m["memory_total_mib"],
+        memory_reserved_mib=m["memory_reserved_mib"],
+        bar1_total_mib=m["bar1_total_mib"],
+        power_limit_w=m["power_limit_w"],
+        power_idle_w=m["power_idle_w"],
+        clocks_max_mhz=dict(m["clocks_max_mhz"]),
+        clocks_idle_mhz=dict(m["clocks_idle_mhz"]),
+        temperature_thresholds_c=dict(m["temperature_thresholds_c"]),
+        pcie_generation=m["pcie"]["generation"],
+        pcie_width=m["pcie"]["width"],
+        nvlink_version=m["nvlink"]["version"],
+        nvlink_links=m["nvlink"]["links"],
+        nvlink_link_gbps=m["nvlink"]["link_gbps"],
+        mig_capable=m["mig_capable"],
+        fan=m["fan"],
+        retired_pages=m["retired_pages"],
+        row_remapping=m["row_remapping"],
+    )
+
+
+def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
+    """Validate parsed YAML ``data`` and build a Scenario (ScenarioError on any rule broken)."""
+    _check(data, _SCHEMA, "")
+    if not data["models"]:
+        raise ScenarioError("models: at least one model is required")
+    models = {str(k): _model(str(k), v) for k, v in data["models"].items()}
+    switches = tuple(NvSwitchSpec(s["id"], s["pci_bus_id"]) for s in data.get("nvswitches", []))
+    for i, s in enumerate(switches):
+        if s.id != i:
+            raise ScenarioError(f"nvswitches[{i}].id: must equal its position ({i})")
+        if not _BUS_ID.match(s.pci_bus_id):
+            raise ScenarioError(f"nvswitches[{i}].pci_bus_id: must look like 00000000:05:00.0")
+    nics = tuple(NicSpec(**n) for n in data.get("nics", []))
+    nic_names = {n.name for n in nics}
+    for i, n in enumerate(nics):
+        if not _BUS_ID.match(n.pci_bus_id):
+            raise ScenarioError(f"nics[{i}].pci_bus_id: must look like 00000000:1A:00.0")
+    numa = tuple(NumaNodeSpec(n["id"], n["cpus"]) for n in data["node"]["numa_nodes"])
+    numa_ids = {n.id for n in numa}
+    for i, n in enumerate(numa):
+        if not _CPULIST.match(n.cpus):
+            raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
+    if not data["gpus"]:
+        raise ScenarioError("gpus: at least one GPU is required")
+    gpus = []
+    seen_uuid: set[str] = set()
+    seen_bus: set[str] = set()
+    for i, g in enumerate(data["gpus"]):
+        p = f"gpus[{i}]"
+        if g["index"] != i:
+            raise ScenarioError(f"{p}.index: must equal its position ({i})")
+        if g["model"] not in models:
+            raise ScenarioError(f"{p}.model: unknown model {g['model']!r} (models: {', '.join(models)})")
+        model = models[g["model"]]
+        if not _UUID.match(g["uuid"]):
+            raise ScenarioError(f"{p}.uuid: must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lowercase hex)")
+        if g["uuid"] in seen_uuid:
+            raise ScenarioError(f"{p}.uuid: duplicate {g['uuid']}")
+        if not _BUS_ID.match(g["pci_bus_id"]):
+            raise ScenarioError(f"{p}.pci_bus_id: must look like 00000000:18:00.0")
+        if g["pci_bus_id"].upper() in seen_bus:
+            raise ScenarioError(f"{p}.pci_bus_id: duplicate {g['pci_bus_id']}")
+        if g["numa_node"] not in numa_ids:
+            raise ScenarioError(f"{p}.numa_node: {g['numa_node']} is not in node.numa_nodes")
+        if not _CPULIST.match(g["cpu_affinity"]):
+            raise ScenarioError(f"{p}.cpu_affinity: must be a cpu list like 0-55,112-167")
+        for nic in g["nics"]:
+            if nic not in nic_names:
+                raise ScenarioError(f"{p}.nics: unknown NIC {nic!r} (not in nics)")
+        if len(g["nvlinks"]) != model.nvlink_links:
+            raise ScenarioError(
+                f"{p}.nvlinks: has {len(g['nvlinks'])} entries, model {model.key} has {model.nvlink_links} links"
+            )
+        for sw in g["nvlinks"]:
+            if not 0 <= sw < len(switches):
+                raise ScenarioError(f"{p}.nvlinks: switch index {sw} out of range 0..{len(switches) - 1}")
+        seen_uuid.add(g["uuid"])
+        seen_bus.add(g["pci_bus_id"].upper())
+        gpus.append(
+            GpuSpec(
+                index=i,
+                model=model,
+                uuid=g["uuid"],
+                serial=g["serial"],
+                pci_bus_id=g["pci_bus_id"].upper(),
+                numa_node=g["numa_node"],
+                cpu_affinity=g["cpu_affinity"],
+                pcie_switch=g["pcie_switch"],
+                nics=tuple(g["nics"]),
+                nvlinks=tuple(g["nvlinks"]),
+            )
+        )
+    profile = data.get("load", {}).get("profile", "training")
+    if profile not in LOAD_PROFILES:
+        raise ScenarioError(f"load.profile: must be one of {', '.join(LOAD_PROFILES)}")
+    return Scenario(
+        name=data["name"],
+        description=data.get("description", ""),
+        driver_version=data["driver"]["version"],
+        cuda_driver_version=data["driver"]["cuda_version"],
+        nvml_version=data["driver"]["nvml_version"],
+        models=models,
+        gpus=tuple(gpus),
+        nvswitches=switches,
+        nics=nics,
+        numa_nodes=numa,
+        sockets=data["node"]["sockets"],
+        cpu_model=data["node"].get("cpu_model", ""),
+        load_profile=profile,
+        source=source,
+        raw=data,
+    )
+
+
+def _builtin_dir() -> Any:
+    return resources.files("runtimekit.sim").joinpath("scenarios")
+
+
+def list_scenarios() -> list[str]:
+    """Names of the built-in scenarios (``dgx-h100``, ``dgx-a100``, ``hgx-h200``)."""
+    return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a YAML file by path; validated (ScenarioError)."""
+    builtin = _builtin_dir().joinpath(f"{name_or_path}.yaml")
+    if "/" not in name_or_path and builtin.is_file():
+        text, source = builtin.read_text(encoding="utf-8"), f"builtin:{name_or_path}"
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ScenarioError(
+                f"scenario {name_or_path!r}: no such file and not a built-in "
+                f"(built-ins: {', '.join(list_scenarios())})"
+            )
+        text, source = path.read_text(encoding="utf-8"), str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+    try:
+        return parse_scenario(data, source)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
