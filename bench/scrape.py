@@ -6,8 +6,9 @@ Starts ``runtimekit serve --sim SCENARIO`` with N simulated GPU processes, then:
 1. idle phase (no scrapes, I seconds): the agent's CPU seconds per sampling cycle and its CPU
    use as a share of one core, from psutil's process CPU times and the agent's own
    ``runtimekit_samples_total``;
-2. scrape phase (C concurrent clients, D seconds): p50/p99 scrape latency and bytes per scrape
-   (plain and gzip), and the CPU share while scraped.
+2. scrape phase (C concurrent clients, D seconds, each asking as Prometheus does: OpenMetrics
+   preferred, gzip): p50/p99 scrape latency, bytes per scrape (plain and gzip), and the CPU share
+   while scraped.
 
 It then runs PyPI's nvitop-exporter on a simulated node of the same scenario (installed below
 pynvml in that process, ``bench/nvitop_on_sim.py``) and measures it the same way, so the two
@@ -72,8 +73,17 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
+PLAIN = {"Accept-Encoding": "identity"}
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
 async def samples_total(session: aiohttp.ClientSession, url: str) -> float | None:
-    async with session.get(url) as response:
+    async with session.get(url, headers=PLAIN) as response:
         text = await response.text()
     match = re.search(r"^runtimekit_samples_total (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else None
@@ -88,9 +98,9 @@ async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle
         await asyncio.sleep(idle)
         cpu_idle, wall_idle = cpu_seconds(process) - cpu_before, time.monotonic() - wall_before
         cycles_after = await samples_total(session, url)
-        cycles = (cycles_after - cycles_before - 1) if cycles_before is not None and cycles_after is not None else None
+        cycles = (cycles_after - cycles_before) if cycles_before is not None and cycles_after is not None else None
 
-        async with session.get(url) as response:
+        async with session.get(url, headers=PLAIN) as response:
             plain = len(await response.read())
         async with session.get(url, headers={"Accept-Encoding": "gzip"}) as response:
             body = await response.read()
@@ -102,7 +112,7 @@ async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle
         async def client() -> None:
             while time.monotonic() < stop_at:
                 started = time.perf_counter()
-                async with session.get(url) as response:
+                async with session.get(url, headers=PROMETHEUS) as response:
                     await response.read()
                 latencies.append(time.perf_counter() - started)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -83,10 +83,16 @@ def build_collector_set(
     clock: Clock = time.time,
     timer: Callable[[], float] = time.perf_counter,
     logger: logging.Logger = LOG,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CollectorSet:
+    """The enabled collectors behind one timing wrapper; ``options[name]`` are extra keyword
+    arguments for that collector's factory (e.g. ``{"self": {"version": "0.0.0"}}`` to pin build
+    info in golden files)."""
     names = enabled_collectors(config)
     logger.info("enabled collectors: %s", ", ".join(names) if names else "(none)")
-    return CollectorSet({name: COLLECTORS[name].factory(state, clock) for name in names}, timer=timer, logger=logger)
+    options = options or {}
+    collectors = {name: COLLECTORS[name].factory(state, clock, **options.get(name, {})) for name in names}
+    return CollectorSet(collectors, timer=timer, logger=logger)
 
 
 def build_registry(
@@ -96,8 +102,9 @@ def build_registry(
     clock: Clock = time.time,
     timer: Callable[[], float] = time.perf_counter,
     logger: logging.Logger = LOG,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CollectorRegistry:
     """A fresh ``CollectorRegistry`` (never the global one) holding the enabled collectors."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(build_collector_set(state, config, clock=clock, timer=timer, logger=logger))
+    registry.register(build_collector_set(state, config, clock=clock, timer=timer, logger=logger, options=options))
     return registry

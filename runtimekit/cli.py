@@ -26,6 +26,7 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--state-dir", metavar="DIR", help="directory for state that survives restarts")
     serve.add_argument("--interval", type=float, metavar="SECONDS", help="sampling interval (default 1)")
     serve.add_argument("--seed", type=int, help="seed of the simulated node")
+    serve.add_argument("--sim-load", choices=("training", "busy", "idle"), help="simulated workload")
     serve.add_argument("--sim-processes", type=int, metavar="N", help="simulated GPU processes to keep running")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.set_defaults(handler=_run_serve)
@@ -72,6 +73,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         "sampling.interval_seconds": args.interval,
         "sim.seed": args.seed,
         "sim.processes": args.sim_processes,
+        "sim.load": args.sim_load,
         "log_level": args.log_level,
     }
     try:

@@ -69,6 +69,9 @@ SCHEMA: dict[str, Key] = {
     "exporter.collectors": Key(dict, {}, "collector name -> enabled; unnamed collectors keep their default", _collectors),
     "sim.scenario": Key((str, type(None)), None, "run on the simulated node of this scenario (name or YAML path)"),
     "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
+    "sim.load": Key(
+        (str, type(None)), None, "simulated workload (None: the scenario's)", allowed=("training", "busy", "idle", None)
+    ),
     "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", _between(0, 100_000)),
 }
 
@@ -87,6 +90,7 @@ class Config:
     exporter_collectors: Mapping[str, bool] = field(default_factory=dict)
     sim_scenario: str | None = None
     sim_seed: int | None = None
+    sim_load: str | None = None
     sim_processes: int = 16
 
     @property

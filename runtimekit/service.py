@@ -55,7 +55,7 @@ def _add_simulator(app: web.Application, config: Config) -> None:
     from runtimekit import sim
     from runtimekit.sim.control import add_control_routes
 
-    node = sim.SimulatedNode(sim.load_scenario(config.sim_scenario), seed=config.sim_seed)
+    node = sim.SimulatedNode(sim.load_scenario(config.sim_scenario), seed=config.sim_seed, load=config.sim_load)
     node.set_process_count(config.sim_processes)
     add_control_routes(app, node)
 

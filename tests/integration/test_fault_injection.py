@@ -23,7 +23,7 @@ INTERVAL = "0.5"
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
     agent = start_agent(tmp_path_factory.mktemp("faults"), "--sim", "dgx-h100", "--interval", INTERVAL,
-                        "--sim-processes", "0", "--seed", "7")
+                        "--sim-processes", "0", "--sim-load", "idle", "--seed", "7")
     yield agent
     agent.stop()
 
