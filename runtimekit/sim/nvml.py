@@ -33,6 +33,9 @@ _SUPPORTED_EVENTS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10  # SBE, DBE, PState, Xid, Clock
 #: NVSwitch PCI device ids (device << 16 | vendor), by GPU architecture generation.
 _NVSWITCH_PCI_ID = {"hopper": 0x22A310DE, "ampere": 0x1AF110DE}
 
+#: NVLink generation -> nvmlNvlinkVersion_t as the driver answers it.
+_NVLINK_VERSION_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
+
 # nvmlValueType_t
 _UINT, _ULL = 1, 3
 
@@ -454,15 +457,31 @@ class FakeNvmlLibrary:
 
     @_device
     def nvmlDeviceGetFanSpeed(self, gpu: int, ref: Any) -> int:
-        return NOT_SUPPORTED  # SXM boards are cooled by the chassis
+        if not self._model(gpu).fan:
+            return NOT_SUPPORTED  # SXM boards are cooled by the chassis
+        _out(ref, self._fan_percent(gpu))
+        return SUCCESS
 
     @_device
     def nvmlDeviceGetFanSpeed_v2(self, gpu: int, fan: Any, ref: Any) -> int:
-        return NOT_SUPPORTED
+        if not self._model(gpu).fan:
+            return NOT_SUPPORTED
+        if _v(fan) != 0:
+            return INVALID_ARGUMENT
+        _out(ref, self._fan_percent(gpu))
+        return SUCCESS
 
     @_device
     def nvmlDeviceGetNumFans(self, gpu: int, ref: Any) -> int:
-        return NOT_SUPPORTED
+        if not self._model(gpu).fan:
+            return NOT_SUPPORTED
+        _out(ref, 1)
+        return SUCCESS
+
+    def _fan_percent(self, gpu: int) -> int:
+        """A board fan that follows temperature: 30 % at or below 40 C, 100 % at 85 C."""
+        temperature = self.node.sample(gpu).temp_gpu
+        return int(min(100, max(30, 30 + (temperature - 40) * 70 / 45)))
 
     def _clock(self, gpu: int, ctype: int, current: bool) -> int | None:
         m = self._model(gpu)
@@ -617,7 +636,8 @@ class FakeNvmlLibrary:
     def nvmlDeviceGetNvLinkVersion(self, gpu: int, link: Any, ref: Any) -> int:
         if not self._link_ok(gpu, link):
             return INVALID_ARGUMENT
-        _out(ref, self._model(gpu).nvlink_version)
+        # NVML answers nvmlNvlinkVersion_t, not the generation: 3.0 -> 4 (A100), 4.0 -> 6 (H100).
+        _out(ref, _NVLINK_VERSION_ENUM[self._model(gpu).nvlink_version])
         return SUCCESS
 
     @_device

@@ -1,167 +1,441 @@
 """``runtimekit sim record``: capture the node this runs on as a scenario YAML.
 
-Reads identity and limits through pynvml (one pass, at record time; the only pynvml user in
-``sim`` besides ``install``, because recording *is* reading the driver), NUMA nodes from
-``/sys/devices/system/node`` and RDMA NICs from ``/sys/class/infiniband`` (host paths are
-parameters). The result is validated with ``parse_scenario`` before it is returned. Facts NVML
-cannot give (idle clocks, idle power, PCIe switch names) are estimated and marked in comments.
+Everything NVML knows comes through the NVML layer (``runtimekit/gpu/``, the only importer of
+pynvml): one ``NodeReader`` snapshot gives identity, limits, driver versions, NVLink counts,
+modes, memory and the current readings; ``runtimekit.gpu.topology`` adds PCI ids, NUMA node, CPU
+affinity and the far end of every NVLink. The host's NUMA layout, CPU sockets and RDMA NICs come
+from sysfs under ``sys_root`` (a parameter, like every host path).
+
+What neither can tell is written as a marked placeholder and listed under ``x-recorded`` (a
+free top-level key that ``parse_scenario`` ignores), with the reason: PCIe switch names, which
+NIC serves which GPU, NIC rates, the bus id of an NVLink far end NVML does not give, idle power
+and clocks when no GPU of the model was idle while recording. The result is validated with
+``parse_scenario`` before it is returned.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .scenario import ARCHITECTURES, parse_scenario
+from runtimekit.gpu.nvml import GpuLostError, NvmlSession
+from runtimekit.gpu.reader import NodeReader
+from runtimekit.gpu.topology import GpuTopology, read_topology
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
 
-__all__ = ["record_scenario"]
+from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
-_ARCH_NAMES = {v: k for k, v in ARCHITECTURES.items()}
+__all__ = ["record_scenario", "PLACEHOLDER_SWITCH", "UNKNOWN_SWITCH"]
+
+MiB = 1 << 20
+#: ``pcie_switch`` of GPUs and NICs: NVML and sysfs do not name PCIe switches.
+PLACEHOLDER_SWITCH = "unknown"
+#: Bus id of the invented NVSwitch at the far end of links whose far end NVML does not name
+#: (no real PCI domain is this large); ``x-recorded.placeholders`` says which links.
+UNKNOWN_SWITCH = "FFFFFFFF:FF:00.0"
+#: GB/s per direction per link, by NVLink generation (NVML has no per-link bandwidth query).
+_LINK_GBPS = {1: 20, 2: 25, 3: 25, 4: 25, 5: 50, 6: 100}
+_BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+class _Hex(int):
+    """An int written as 0x233010DE (PCI ids), as in the built-in scenarios."""
+
+
+class _Q(str):
+    """A string written double-quoted (bus ids, versions, serials), as in the built-in scenarios."""
+
+
+class _Flow(dict):
+    """A mapping written on one line: {sm: 1980, memory: 2619}."""
+
+
+class _FlowList(list):
+    """A list written on one line: [0, 0, 1]."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Hex, lambda d, v: d.represent_scalar("tag:yaml.org,2002:int", f"0x{int(v):08X}"))
+_Dumper.add_representer(_Q, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style='"'))
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-") or "gpu"
 
 
-def _try(fn: Any, *args: Any, default: Any = None) -> Any:
-    import pynvml
-
-    try:
-        return fn(*args)
-    except pynvml.NVMLError:
-        return default
-
-
-def _numa_nodes(sys_root: Path) -> list[dict[str, Any]]:
-    out = []
-    for d in sorted((sys_root / "devices/system/node").glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
-        cpus = (d / "cpulist").read_text().strip() if (d / "cpulist").is_file() else ""
-        if cpus:
-            out.append({"id": int(d.name[4:]), "cpus": cpus})
-    return out or [{"id": 0, "cpus": "0"}]
+def _cpulist(cpus: Any) -> str:
+    """Ascending CPU ids as a cpu list: (0, 1, 2, 5) -> "0-2,5"."""
+    ranges: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
 
 
-def _nics(sys_root: Path) -> list[dict[str, Any]]:
-    out = []
-    for d in sorted((sys_root / "class/infiniband").glob("*")):
-        dev = (d / "device").resolve()
-        numa = (dev / "numa_node").read_text().strip() if (dev / "numa_node").is_file() else "0"
-        bus = dev.name.upper()
-        if re.match(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus):
-            bus = "0000" + bus
-        out.append({"name": d.name, "pci_bus_id": bus, "numa_node": max(0, int(numa)),
-                    "pcie_switch": "unknown", "rate_gbps": 0})
+def _parse_cpulist(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
     return out
 
 
-def _cpulist(words: Any) -> str:
-    cpus = [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
-    ranges: list[str] = []
-    for c in cpus:
-        if ranges and int(ranges[-1].split("-")[-1]) == c - 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{c}"
-        else:
-            ranges.append(str(c))
-    return ",".join(ranges) or "0"
+def _or(value: Reading[Any], default: Any) -> Any:
+    return value if is_available(value) else default
+
+
+# ---- host facts from sysfs --------------------------------------------------------------------
+
+
+def _sys_numa_nodes(sys_root: Path) -> list[dict[str, Any]]:
+    out = []
+    nodes = (sys_root / "devices/system/node").glob("node[0-9]*")
+    for d in sorted(nodes, key=lambda p: int(p.name[4:])):
+        cpus = (d / "cpulist").read_text().strip() if (d / "cpulist").is_file() else ""
+        if cpus:
+            out.append(_Flow(id=int(d.name[4:]), cpus=_Q(cpus)))
+    return out
+
+
+def _sys_sockets(sys_root: Path) -> int | None:
+    ids = set()
+    for f in (sys_root / "devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
+        ids.add(f.read_text().strip())
+    return len(ids) or None
+
+
+def _sys_nics(sys_root: Path, numa_ids: set[int]) -> list[dict[str, Any]]:
+    out = []
+    for d in sorted((sys_root / "class/infiniband").glob("*")):
+        dev = (d / "device").resolve()
+        numa = (dev / "numa_node").read_text().strip() if (dev / "numa_node").is_file() else "-1"
+        bus = dev.name.upper()
+        if re.match(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus):
+            bus = "0000" + bus
+        if not _BUS_ID.match(bus):
+            continue
+        node = int(numa) if numa.lstrip("-").isdigit() and int(numa) in numa_ids else min(numa_ids)
+        rate = d / "ports/1/rate"  # "400 Gb/sec (4X NDR)"
+        words = rate.read_text().split() if rate.is_file() else []
+        gbps = int(float(words[0])) if words and words[0].replace(".", "", 1).isdigit() else 0
+        out.append(_Flow(name=d.name, pci_bus_id=_Q(bus), numa_node=node, pcie_switch=PLACEHOLDER_SWITCH, rate_gbps=gbps))
+    return out
+
+
+# ---- the recording ------------------------------------------------------------------------------
+
+
+class _Notes:
+    """What ``x-recorded`` lists: placeholders (facts unknown) and estimates (facts derived)."""
+
+    def __init__(self) -> None:
+        self.placeholders: list[str] = []
+        self.estimates: list[str] = []
+
+    def placeholder(self, text: str) -> None:
+        if text not in self.placeholders:
+            self.placeholders.append(text)
+
+    def estimate(self, text: str) -> None:
+        if text not in self.estimates:
+            self.estimates.append(text)
+
+
+def _check_gpu(gpu: GpuSnapshot) -> None:
+    if gpu.lost or gpu.memory is None:
+        why = "; ".join(f"{k}: {v}" for k, v in gpu.errors) or "lost"
+        raise RuntimeError(f"cannot record: GPU {gpu.index} does not answer NVML ({why})")
+    if not _UUID.match(gpu.uuid):
+        raise RuntimeError(f"cannot record: GPU {gpu.index} has no readable UUID ({gpu.uuid})")
+    arch = gpu.identity.architecture
+    if not is_available(arch) or arch not in ARCHITECTURES:
+        raise RuntimeError(
+            f"cannot record: GPU {gpu.index} architecture {arch!r} is not one a scenario can describe "
+            f"({', '.join(ARCHITECTURES)})"
+        )
+
+
+def _idle(gpu: GpuSnapshot) -> bool:
+    """No work on the GPU: its power and clocks now are idle values."""
+    util = gpu.utilization.gpu if gpu.utilization else None
+    return util == 0 and not gpu.processes
+
+
+def _model(gpu: GpuSnapshot, topo: GpuTopology, key: str, notes: _Notes) -> dict[str, Any]:
+    ident, limits = gpu.identity, gpu.limits
+    power_limit = gpu.power.limit_watts if gpu.power else None
+    if not is_available(power_limit) or power_limit is None or power_limit < 2:
+        notes.placeholder(f"models.{key}.power_limit_w: NVML gave no enforced power limit")
+        power_limit = 300.0
+    limit_w = int(round(power_limit))
+    max_mhz = {
+        "sm": limits.sm_clock_max_hertz,
+        "memory": limits.memory_clock_max_hertz,
+        "graphics": limits.graphics_clock_max_hertz,
+    }
+    for name, value in max_mhz.items():
+        if not is_available(value):
+            notes.placeholder(f"models.{key}.clocks_max_mhz.{name}: not given by NVML")
+    clocks_max = {k: int(round(_or(v, 0) / 1e6)) for k, v in max_mhz.items()}
+    thresholds = {
+        "shutdown": limits.temperature_shutdown_celsius,
+        "slowdown": limits.temperature_slowdown_celsius,
+        "gpu_max": limits.temperature_gpu_max_celsius,
+        "mem_max": limits.temperature_memory_max_celsius,
+    }
+    for name, value in thresholds.items():
+        if not is_available(value):
+            notes.placeholder(f"models.{key}.temperature_thresholds_c.{name}: not given by NVML (0)")
+    memory_total = limits.memory_total_bytes
+    if not is_available(memory_total):
+        raise RuntimeError(f"cannot record: GPU {gpu.index} memory size is unreadable ({memory_total})")
+    links = int(_or(limits.nvlink_count, 0))
+    generation = int(_or(topo.nvlink_generation, 0)) if links else 0
+    if links and not generation:
+        notes.placeholder(f"models.{key}.nvlink.version: nvmlDeviceGetNvLinkVersion gave {topo.nvlink_version}")
+    if links:
+        notes.estimate(f"models.{key}.nvlink.link_gbps: from the NVLink generation, not measured")
+    cc = _or(ident.cuda_compute_capability, "0.0").split(".")
+    if not is_available(topo.pci_device_id):
+        notes.placeholder(f"models.{key}.pci_device_id/pci_subsystem_id: nvmlDeviceGetPciInfo failed (0)")
+    return {
+        "name": _or(ident.name, key),
+        "architecture": ident.architecture,
+        "compute_capability": _FlowList([int(cc[0]), int(cc[1])]),
+        "pci_device_id": _Hex(_or(topo.pci_device_id, 0)),
+        "pci_subsystem_id": _Hex(_or(topo.pci_subsystem_id, 0)),
+        "vbios_version": _Q(_or(ident.vbios_version, "")),
+        "board_part_number": _Q(_or(ident.board_part_number, "")),
+        "memory_total_mib": int(memory_total) // MiB,
+        "memory_reserved_mib": int(_or(gpu.memory.reserved_bytes, 0)) // MiB,
+        "bar1_total_mib": max(1, int(_or(limits.bar1_total_bytes, MiB)) // MiB),
+        "power_limit_w": limit_w,
+        "power_idle_w": 0,  # filled in by _idle_facts
+        "clocks_max_mhz": _Flow(clocks_max),
+        "clocks_idle_mhz": {},  # filled in by _idle_facts
+        "temperature_thresholds_c": _Flow({k: int(round(_or(v, 0))) for k, v in thresholds.items()}),
+        "pcie": _Flow(generation=int(_or(limits.pcie_max_generation, 4)), width=int(_or(limits.pcie_max_width, 16))),
+        "nvlink": _Flow(version=generation, links=links, link_gbps=_LINK_GBPS.get(generation, 25) if links else 0),
+        "mig_capable": gpu.modes is not None and is_available(gpu.modes.mig_mode_current),
+        "fan": gpu.thermal is not None and is_available(gpu.thermal.fan_speed_ratio),
+        "retired_pages": gpu.retired_pages is not None and is_available(gpu.retired_pages.single_bit_ecc),
+        "row_remapping": gpu.remapped_rows is not None and is_available(gpu.remapped_rows.correctable),
+    }
+
+
+def _idle_facts(model: dict[str, Any], key: str, gpus: list[GpuSnapshot], notes: _Notes) -> None:
+    """power_idle_w and clocks_idle_mhz: read from an idle GPU of the model, else estimated."""
+    limit_w = model["power_limit_w"]
+    clocks_max = model["clocks_max_mhz"]
+    for gpu in gpus:
+        if not _idle(gpu) or gpu.power is None or gpu.clocks is None:
+            continue
+        draw, clocks = gpu.power.draw_watts, gpu.clocks
+        readings = (draw, clocks.sm_hertz, clocks.memory_hertz, clocks.graphics_hertz)
+        if not all(is_available(r) for r in readings):
+            continue
+        model["power_idle_w"] = min(limit_w - 1, max(1, int(round(draw))))
+        model["clocks_idle_mhz"] = _Flow(
+            sm=int(round(clocks.sm_hertz / 1e6)),
+            memory=int(round(clocks.memory_hertz / 1e6)),
+            graphics=int(round(clocks.graphics_hertz / 1e6)),
+        )
+        notes.estimate(f"models.{key}.power_idle_w, clocks_idle_mhz: read from idle GPU {gpu.index} while recording")
+        return
+    model["power_idle_w"] = max(1, limit_w // 10)
+    model["clocks_idle_mhz"] = _Flow({k: max(1, v // 5) if k != "memory" else v for k, v in clocks_max.items()})
+    notes.estimate(
+        f"models.{key}.power_idle_w, clocks_idle_mhz: no GPU of the model was idle; 10 % of the limit, "
+        "a fifth of the max SM/graphics clock"
+    )
+
+
+def _numa_nodes(
+    sys_nodes: list[dict[str, Any]], topos: list[GpuTopology], notes: _Notes
+) -> list[dict[str, Any]]:
+    """The host's NUMA nodes from sysfs, or when sysfs has none, from the GPUs' NUMA and affinity."""
+    if sys_nodes:
+        return sys_nodes
+    derived: dict[int, set[int]] = {}
+    for t in topos:
+        if is_available(t.numa_node) and is_available(t.cpu_affinity):
+            derived.setdefault(int(t.numa_node), set()).update(t.cpu_affinity)
+    if derived:
+        notes.estimate("node.numa_nodes: no NUMA nodes in sysfs; derived from the GPUs' NUMA node and CPU affinity")
+        return [_Flow(id=i, cpus=_Q(_cpulist(cpus))) for i, cpus in sorted(derived.items())]
+    notes.placeholder("node.numa_nodes: neither sysfs nor NVML gave a NUMA layout (one node, CPU 0)")
+    return [_Flow(id=0, cpus=_Q("0"))]
+
+
+def _gpu_numa(topo: GpuTopology, numa: list[dict[str, Any]]) -> int:
+    """The GPU's NUMA node: NVML's answer if the host has it, else the node holding its CPUs."""
+    ids = {n["id"] for n in numa}
+    if is_available(topo.numa_node) and topo.numa_node in ids:
+        return int(topo.numa_node)
+    if is_available(topo.cpu_affinity) and topo.cpu_affinity:
+        first = topo.cpu_affinity[0]
+        for n in numa:
+            if first in _parse_cpulist(n["cpus"]):
+                return int(n["id"])
+    return min(ids)
+
+
+def _nvlinks(topo: GpuTopology, switches: list[str], notes: _Notes) -> list[int]:
+    """Per link, the index into ``switches`` (bus ids) of its far end, adding new ones.
+
+    A link whose far end NVML does not name goes to one invented NVSwitch (``UNKNOWN_SWITCH``);
+    a far end that is not an NVSwitch (a GPU, say) is written as one, since a scenario describes
+    NVSwitch fabrics only. Both are listed in the notes, per GPU.
+    """
+    out, unknown, other = [], [], []
+    for peer in topo.nvlinks:
+        bus = peer.remote_pci_bus_id
+        if not is_available(bus) or not _BUS_ID.match(bus):
+            unknown.append(peer.link)
+            bus = UNKNOWN_SWITCH
+        elif is_available(peer.remote_type) and peer.remote_type != "switch":
+            other.append(f"{peer.link}: {peer.remote_type} {bus}")
+        if bus not in switches:
+            switches.append(bus)
+        out.append(switches.index(bus))
+    if unknown:
+        notes.placeholder(
+            f"gpus[{topo.index}].nvlinks {unknown}: far-end bus id not given by NVML; written as the invented "
+            f"NVSwitch {UNKNOWN_SWITCH}"
+        )
+    if other:
+        notes.placeholder(f"gpus[{topo.index}].nvlinks: far ends that are not NVSwitches, written as if they were ({'; '.join(other)})")
+    return out
+
+
+def _sample(session: NvmlSession) -> tuple[NodeSnapshot, list[GpuTopology]]:
+    reader = NodeReader(session)
+    try:
+        snapshot = reader.sample()
+        if not snapshot.nvml_up:
+            raise RuntimeError(f"cannot record: NVML is not usable here ({snapshot.nvml_error})")
+        if not snapshot.gpus:
+            raise RuntimeError("cannot record: NVML reports no GPUs on this node")
+        topos = []
+        for gpu in snapshot.gpus:
+            _check_gpu(gpu)
+            try:
+                topo = read_topology(session, gpu.index, int(_or(gpu.limits.nvlink_count, 0)))
+            except GpuLostError as lost:
+                raise RuntimeError(f"cannot record: GPU {gpu.index} was lost while recording ({lost})") from None
+            if not is_available(topo):
+                raise RuntimeError(f"cannot record: GPU {gpu.index} has no NVML handle ({topo.detail or topo.reason})")
+            topos.append(topo)
+        return snapshot, topos
+    finally:
+        reader.close()
+
+
+def _cuda_version(text: Reading[str]) -> int:
+    """"12.4" -> 12040 (NVML's 1000 * major + 10 * minor)."""
+    if not is_available(text):
+        return 0
+    major, _, minor = text.partition(".")
+    return int(major) * 1000 + int(minor or 0) * 10
 
 
 def record_scenario(name: str = "recorded", *, sys_root: str = "/sys") -> str:
-    """The scenario YAML of this node (RuntimeError when NVML is not usable)."""
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise RuntimeError(f"cannot record: NVML is not usable here ({exc})") from None
-    try:
-        root = Path(sys_root)
-        numa = _numa_nodes(root)
-        numa_ids = {n["id"] for n in numa}
-        models: dict[str, dict[str, Any]] = {}
-        switches: list[str] = []
-        gpus = []
-        driver = {
-            "version": pynvml.nvmlSystemGetDriverVersion(),
-            "cuda_version": pynvml.nvmlSystemGetCudaDriverVersion_v2(),
-            "nvml_version": pynvml.nvmlSystemGetNVMLVersion(),
-        }
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            gname = pynvml.nvmlDeviceGetName(h)
-            key = _slug(gname)
-            mem = _try(pynvml.nvmlDeviceGetMemoryInfo, h, pynvml.nvmlMemory_v2)
-            pci = pynvml.nvmlDeviceGetPciInfo(h)
-            links = 0
-            fv = _try(pynvml.nvmlDeviceGetFieldValues, h, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
-            if fv and fv[0].nvmlReturn == 0:
-                links = int(fv[0].value.uiVal)
-            nvlinks = []
-            for link in range(links):
-                remote = _try(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-                bus = remote.busId if remote is not None else "00000000:00:00.0"
-                bus = bus.decode() if isinstance(bus, bytes) else bus
-                if bus not in switches:
-                    switches.append(bus)
-                nvlinks.append(switches.index(bus))
-            mx = {k: _try(pynvml.nvmlDeviceGetMaxClockInfo, h, c, default=0)
-                  for k, c in (("sm", 1), ("memory", 2), ("graphics", 0))}
-            limit_w = (_try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h, default=300_000) or 300_000) // 1000
-            th = {k: _try(pynvml.nvmlDeviceGetTemperatureThreshold, h, c, default=0)
-                  for k, c in (("shutdown", 0), ("slowdown", 1), ("mem_max", 2), ("gpu_max", 3))}
-            models.setdefault(key, {
-                "name": gname,
-                "architecture": _ARCH_NAMES.get(_try(pynvml.nvmlDeviceGetArchitecture, h), "hopper"),
-                "compute_capability": list(_try(pynvml.nvmlDeviceGetCudaComputeCapability, h, default=(9, 0))),
-                "pci_device_id": int(pci.pciDeviceId),
-                "pci_subsystem_id": int(pci.pciSubSystemId),
-                "vbios_version": _try(pynvml.nvmlDeviceGetVbiosVersion, h, default=""),
-                "board_part_number": _try(pynvml.nvmlDeviceGetBoardPartNumber, h, default=""),
-                "memory_total_mib": int(mem.total >> 20) if mem else 1,
-                "memory_reserved_mib": int(mem.reserved >> 20) if mem else 0,
-                "bar1_total_mib": int(_try(pynvml.nvmlDeviceGetBAR1MemoryInfo, h).bar1Total >> 20),
-                "power_limit_w": int(limit_w),
-                "power_idle_w": max(1, int(limit_w) // 10),  # estimate
-                "clocks_max_mhz": mx,
-                "clocks_idle_mhz": {k: max(1, v // 5) if k != "memory" else v for k, v in mx.items()},  # estimate
-                "temperature_thresholds_c": th,
-                "pcie": {"generation": _try(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h, default=4),
-                         "width": _try(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h, default=16)},
-                "nvlink": {"version": _try(getattr(pynvml, "nvmlDeviceGetNvLinkVersion", None), h, 0, default=0)
-                           if links else 0, "links": links, "link_gbps": 25},
-                "mig_capable": _try(pynvml.nvmlDeviceGetMigMode, h) is not None,
-                "fan": _try(pynvml.nvmlDeviceGetFanSpeed, h) is not None,
-                "retired_pages": _try(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h) is not None,
-                "row_remapping": _try(pynvml.nvmlDeviceGetRemappedRows, h) is not None,
-            })
-            node_id = _try(getattr(pynvml, "nvmlDeviceGetNumaNodeId", None), h, default=0)
-            words = _try(pynvml.nvmlDeviceGetCpuAffinity, h, 16)
-            gpus.append({
-                "index": i,
-                "model": key,
-                "uuid": pynvml.nvmlDeviceGetUUID(h),
-                "serial": _try(pynvml.nvmlDeviceGetSerial, h, default="") or "",
-                "pci_bus_id": pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId,
-                "numa_node": node_id if node_id in numa_ids else min(numa_ids),
-                "cpu_affinity": _cpulist(words) if words is not None else numa[0]["cpus"],
-                "pcie_switch": "unknown",
-                "nics": [],
-                "nvlinks": nvlinks,
-            })
-    finally:
-        _try(pynvml.nvmlShutdown)
-    data = {
+    """The scenario YAML of this node (RuntimeError with the reason when NVML is not usable)."""
+    snapshot, topos = _sample(NvmlSession())
+    root = Path(sys_root)
+    notes = _Notes()
+    driver = snapshot.driver
+    assert driver is not None  # nvml_up implies the driver was read
+    driver_version = _or(driver.driver_version, "unknown")
+    numa = _numa_nodes(_sys_numa_nodes(root), topos, notes)
+    models: dict[str, dict[str, Any]] = {}
+    members: dict[str, list[GpuSnapshot]] = {}
+    switches: list[str] = []
+    gpus = []
+    for gpu, topo in zip(snapshot.gpus, topos):
+        key = _slug(_or(gpu.identity.name, "gpu"))
+        if key not in models:
+            models[key] = _model(gpu, topo, key, notes)
+        members.setdefault(key, []).append(gpu)
+        if is_available(topo.cpu_affinity):
+            affinity = _cpulist(topo.cpu_affinity)
+        else:
+            affinity = next(n["cpus"] for n in numa if n["id"] == _gpu_numa(topo, numa))
+            notes.estimate(f"gpus[{gpu.index}].cpu_affinity: NVML gave none; the CPUs of its NUMA node")
+        nvlinks = _nvlinks(topo, switches, notes)
+        if len(nvlinks) != models[key]["nvlink"]["links"]:
+            raise RuntimeError(
+                f"cannot record: GPU {gpu.index} has {len(nvlinks)} NVLinks, the first {key} had "
+                f"{models[key]['nvlink']['links']}"
+            )
+        gpus.append(_Flow(
+            index=gpu.index,
+            model=key,
+            uuid=gpu.uuid,
+            serial=_Q(_or(gpu.identity.serial, "")),
+            pci_bus_id=_Q(_or(gpu.identity.pci_bus_id, "").upper()),
+            numa_node=_gpu_numa(topo, numa),
+            cpu_affinity=_Q(affinity),
+            pcie_switch=PLACEHOLDER_SWITCH,
+            nics=[],
+            nvlinks=nvlinks,
+        ))
+    for key, model in models.items():
+        _idle_facts(model, key, members[key], notes)
+    nics = _sys_nics(root, {n["id"] for n in numa})
+    notes.placeholder(f"gpus[*].pcie_switch, nics[*].pcie_switch: {PLACEHOLDER_SWITCH!r} (PCIe switches are not named by NVML or sysfs)")
+    notes.placeholder("gpus[*].nics: [] (which NIC serves which GPU is not known to NVML)")
+    if any(n["rate_gbps"] == 0 for n in nics):
+        notes.placeholder("nics[*].rate_gbps: 0 where ports/1/rate was unreadable")
+    if not nics:
+        notes.placeholder(f"nics: none found under {root / 'class/infiniband'}")
+    sockets = _sys_sockets(root)
+    if sockets is None:
+        notes.placeholder(f"node.sockets: 1 (no CPU topology under {root / 'devices/system/cpu'})")
+    recorded_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    data: dict[str, Any] = {
         "name": name,
-        "description": f"recorded from a node with {len(gpus)} GPUs",
-        "driver": driver,
+        "description": f"recorded from a node with {len(gpus)} GPUs "
+                       f"({', '.join(m['name'] for m in models.values())}; driver {driver_version})",
+        "x-recorded": {
+            "by": "runtimekit sim record",
+            "at": recorded_at,
+            "driver": _Q(driver_version),
+            "placeholders": notes.placeholders,
+            "estimates": notes.estimates,
+        },
+        "driver": {
+            "version": _Q(driver_version),
+            "cuda_version": _cuda_version(driver.cuda_driver_version),
+            "nvml_version": _Q(_or(driver.nvml_version, "unknown")),
+        },
         "models": models,
-        "node": {"sockets": 1, "numa_nodes": numa},
-        "nvswitches": [{"id": i, "pci_bus_id": b} for i, b in enumerate(switches)],
-        "nics": _nics(root),
+        "node": {"sockets": sockets or 1, "numa_nodes": numa},
+        "nvswitches": [_Flow(id=i, pci_bus_id=_Q(b)) for i, b in enumerate(switches)],
+        "nics": nics,
         "gpus": gpus,
+        "load": {"profile": "training"},
     }
-    parse_scenario(data, "recorded")
-    header = "# Recorded with `runtimekit sim record`; power_idle_w and clocks_idle_mhz are estimates.\n"
-    return header + yaml.safe_dump(data, sort_keys=False, width=120)
+    try:
+        parse_scenario(data, "recorded")
+    except ScenarioError as exc:
+        raise RuntimeError(f"cannot record: the recording is not a valid scenario ({exc})") from None
+    header = (
+        f"# Recorded by `runtimekit sim record` at {recorded_at} from NVIDIA driver {driver_version} "
+        f"(NVML {data['driver']['nvml_version']}).\n"
+        "# Placeholders (facts NVML cannot give) and estimates are listed under x-recorded.\n"
+    )
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100_000, default_flow_style=False)
+    return header + body

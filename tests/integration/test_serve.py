@@ -100,6 +100,7 @@ def test_without_nvml_the_agent_serves_nvml_up_0_and_says_why_once(tmp_path):
             time.sleep(0.1)
         assert agent.value("runtimekit_nvml_up") == 0
         assert agent.get("/healthz")[0] == 200
+        assert agent.get("/sim/v1/faults")[0] == 404  # fault injection exists only on the simulator
         time.sleep(1.0)
         log = agent.log()
         assert log.count("NVML unavailable") == 1, log

@@ -1,12 +1,11 @@
 """nvitop's API runs unchanged on the simulated node."""
 
-import pytest
+import nvitop
 
 from runtimekit.sim import SimulatedNode, install, load_scenario, uninstall
 
 
 def test_nvitop_device_api(clock):
-    nvitop = pytest.importorskip("nvitop")
     node = SimulatedNode(load_scenario("dgx-h100"), seed=2, clock=clock, load="busy")
     install(node)
     try:
