@@ -56,7 +56,10 @@ class Sampler:
     async def _one_cycle(self, loop: asyncio.AbstractEventLoop) -> NodeSnapshot:
         future = loop.run_in_executor(self.executor, self._timed_sample)
         try:
-            snapshot, cpu_seconds = await asyncio.wait_for(asyncio.shield(future), self.timeout_seconds)
+            # asyncio.timeout, not wait_for: wait_for on 3.11 can swallow a cancel that lands
+            # just as the cycle completes, and the service's shutdown would then hang.
+            async with asyncio.timeout(self.timeout_seconds):
+                snapshot, cpu_seconds = await asyncio.shield(future)
         except TimeoutError:
             log.error("NVML sampling cycle stuck for over %.1f s; waiting for the driver", self.timeout_seconds)
             snapshot, cpu_seconds = await future

@@ -91,6 +91,8 @@ CUDA_DRIVER_VERSION = (
     Variant("nvmlSystemGetCudaDriverVersion"),
 )
 NO_ID = 0xFFFFFFFF  # NVML's "not applicable" for instance ids
+PROCESS_UTILIZATION_WINDOW_SECONDS = 1.0  # per-process samples are taken from this last window
+IDLE = (0.0, 0.0, 0.0, 0.0)  # a process with no utilization sample in the window ran no kernel
 
 
 def _map(value: Any, convert: Callable[[Any], Any]) -> Reading[Any]:
@@ -176,9 +178,12 @@ class NodeReader:
             device = Device(index, handle, self._read_identity(index, handle), self._read_limits(handle), now)
             self._devices[index] = device
             log.info("GPU %d discovered: %s %s", index, device.identity.name, device.identity.uuid)
-        elif now - device.limits_read_at >= self.limits_refresh_seconds:
-            device.limits = self._read_limits(device.handle)
-            device.limits_read_at = now
+        else:
+            if not _complete(device.identity):
+                device.identity = self._read_identity(index, device.handle)
+            if not _complete(device.limits) or now - device.limits_read_at >= self.limits_refresh_seconds:
+                device.limits = self._read_limits(device.handle)
+                device.limits_read_at = now
         return device
 
     def _read_identity(self, index: int, handle: Any) -> GpuIdentity:
@@ -301,6 +306,7 @@ class NodeReader:
             rx_bytes=_map(values.get(fields.PCIE_RX_BYTES), int),
             replay_count=call("nvmlDeviceGetPcieReplayCounter", handle),
         )
+        processes, process_failure = self._read_processes(handle, now)
         snapshot = GpuSnapshot(
             index=device.index,
             identity=device.identity,
@@ -318,9 +324,9 @@ class NodeReader:
             remapped_rows=self._read_remapped_rows(handle),
             nvlinks=self._read_nvlinks(handle, device.limits.nvlink_count, values),
             modes=self._read_modes(handle),
-            processes=self._read_processes(handle),
+            processes=processes,
         )
-        return replace(snapshot, errors=_errors(snapshot))
+        return replace(snapshot, errors=_errors(snapshot, process_failure))
 
     def _read_ecc(self, handle: Any) -> Ecc:
         call = self.session.call
@@ -386,16 +392,42 @@ class NodeReader:
             mig_mode_pending=_map(mig, lambda m: bool(m[1])),
         )
 
-    def _read_processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+    def _read_process_utilization(self, handle: Any, now: float) -> dict[int, tuple[float, ...]] | Unavailable:
+        """pid -> (sm, memory, encoder, decoder) ratios from the newest sample of the last second.
+
+        NVML_ERROR_NOT_FOUND means no process ran in that second: every ratio is then 0.
+        """
+        since_us = int((now - PROCESS_UTILIZATION_WINDOW_SECONDS) * 1e6)
+        samples = self.session.call("nvmlDeviceGetProcessUtilization", handle, since_us)
+        if isinstance(samples, Unavailable):
+            return {} if samples.detail.endswith("NVML_ERROR_NOT_FOUND") else samples
+        newest: dict[int, Any] = {}
+        for sample in samples:
+            if sample.pid not in newest or sample.timeStamp > newest[sample.pid].timeStamp:
+                newest[sample.pid] = sample
+        return {
+            pid: (s.smUtil / 100.0, s.memUtil / 100.0, s.encUtil / 100.0, s.decUtil / 100.0)
+            for pid, s in newest.items()
+        }
+
+    def _read_processes(self, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
+        """The GPU's processes, and the error of a listing that failed (None when both listed)."""
         processes: list[GpuProcess] = []
+        failure: Unavailable | None = None
+        utilization: dict[int, tuple[float, ...]] | Unavailable | None = None
         for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
             found = self.session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
             if not is_available(found):
+                if found.reason in _REAL_ERRORS:
+                    failure = found
                 continue
+            if utilization is None and found:
+                utilization = self._read_process_utilization(handle, now)
             for process in found:
                 gi = getattr(process, "gpuInstanceId", NO_ID)
                 ci = getattr(process, "computeInstanceId", NO_ID)
                 memory = process.usedGpuMemory
+                ratios = utilization.get(process.pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
                 processes.append(
                     GpuProcess(
                         pid=int(process.pid),
@@ -403,14 +435,28 @@ class NodeReader:
                         kind=kind,
                         gpu_instance_id=gi if gi != NO_ID else NOT_SUPPORTED,
                         compute_instance_id=ci if ci != NO_ID else NOT_SUPPORTED,
+                        sm_utilization=ratios[0],
+                        memory_utilization=ratios[1],
+                        encoder_utilization=ratios[2],
+                        decoder_utilization=ratios[3],
                     )
                 )
-        return tuple(processes)
+        return tuple(processes), failure
 
 
 def _reserved(memory: Any) -> Reading[int]:
     """``reserved`` exists only in the v2 memory struct (nvmlDeviceGetMemoryInfo_v2)."""
     return int(memory.reserved) if hasattr(memory, "reserved") else NOT_SUPPORTED
+
+
+def _complete(record: GpuIdentity | GpuLimits) -> bool:
+    """False when a discovery read failed with a real error: it is then read again next cycle."""
+    if isinstance(record, GpuIdentity) and record.uuid.startswith("unknown-gpu-"):
+        return False
+    return not any(
+        isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
+        for value in (getattr(record, name) for name in record.__slots__)
+    )
 
 
 def _count(value: Reading[int]) -> int:
@@ -426,18 +472,29 @@ def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) ->
     )
 
 
-def _errors(snapshot: GpuSnapshot) -> tuple[tuple[str, str], ...]:
-    """The readings that failed with a real error (not 'not supported'), for self-metrics and logs."""
+_REAL_ERRORS = ("error", "no_permission")  # "not supported" and "function not found" are facts, not errors
+
+
+def _errors(snapshot: GpuSnapshot, processes: Unavailable | None) -> tuple[tuple[str, str], ...]:
+    """The readings that failed with a real error (not 'not supported'), for self-metrics and logs.
+
+    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``).
+    """
     found: list[tuple[str, str]] = []
-    groups = (
-        snapshot.utilization, snapshot.memory, snapshot.thermal, snapshot.power, snapshot.clocks,
-        snapshot.pcie, snapshot.ecc, snapshot.retired_pages, snapshot.remapped_rows, snapshot.modes,
-    )
-    for group in groups:
+    groups: list[tuple[str, Any]] = [
+        ("limits", snapshot.limits), ("utilization", snapshot.utilization), ("memory", snapshot.memory),
+        ("thermal", snapshot.thermal), ("power", snapshot.power), ("clocks", snapshot.clocks),
+        ("pcie", snapshot.pcie), ("ecc", snapshot.ecc), ("retired_pages", snapshot.retired_pages),
+        ("remapped_rows", snapshot.remapped_rows), ("modes", snapshot.modes),
+    ]
+    groups += [(f"nvlinks[{link.link}]", link) for link in snapshot.nvlinks]
+    for group_name, group in groups:
         if group is None:
             continue
         for name in group.__slots__:
             value = getattr(group, name)
-            if isinstance(value, Unavailable) and value.reason in ("error", "no_permission"):
-                found.append((f"{type(group).__name__.lower()}.{name}", value.detail or value.reason))
+            if isinstance(value, Unavailable) and value.reason in _REAL_ERRORS:
+                found.append((f"{group_name}.{name}", value.detail or value.reason))
+    if isinstance(processes, Unavailable) and processes.reason in _REAL_ERRORS:
+        found.append(("processes", processes.detail or processes.reason))
     return tuple(found)

@@ -187,6 +187,12 @@ class GpuProcess:
     kind: str  # "compute" or "graphics"
     gpu_instance_id: Reading[int] = field(default=NOT_SUPPORTED)
     compute_instance_id: Reading[int] = field(default=NOT_SUPPORTED)
+    # Busy ratios 0..1 over the last second (nvmlDeviceGetProcessUtilization, % -> ratio); 0 for a
+    # process with no sample in that second; Unavailable where NVML cannot tell (e.g. MIG).
+    sm_utilization: Reading[float] = field(default=NOT_SUPPORTED)
+    memory_utilization: Reading[float] = field(default=NOT_SUPPORTED)
+    encoder_utilization: Reading[float] = field(default=NOT_SUPPORTED)
+    decoder_utilization: Reading[float] = field(default=NOT_SUPPORTED)
 
 
 @dataclass(frozen=True, slots=True)
