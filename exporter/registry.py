@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from runtimekit.state import NodeState
 
 from exporter.collectors._common import Clock, Collector
+from exporter.collectors.attribution import AttributionCollector
 from exporter.collectors.clocks import ClocksCollector
 from exporter.collectors.ecc import EccCollector
 from exporter.collectors.info import InfoCollector
@@ -24,7 +25,9 @@ from exporter.collectors.memory import MemoryCollector
 from exporter.collectors.modes import ModesCollector
 from exporter.collectors.nvlink import NvLinkCollector
 from exporter.collectors.pcie import PcieCollector
+from exporter.collectors.pod import PodCollector
 from exporter.collectors.power import PowerCollector
+from exporter.collectors.process import ProcessCollector
 from exporter.collectors.remap import RemapCollector
 from exporter.collectors.self import SelfCollector
 from exporter.collectors.thermal import ThermalCollector
@@ -57,6 +60,10 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
     "nvlink": CollectorSpec(NvLinkCollector, True, "NVLink state, error and traffic counters per link"),
     "xid": CollectorSpec(XidCollector, True, "XID error counters per GPU and code"),
     "modes": CollectorSpec(ModesCollector, True, "compute, persistence and MIG modes"),
+    # options: {"process": {"cmdline": True, "cmdline_redact": <regex>, "cmdline_max_length": 256}}
+    "process": CollectorSpec(ProcessCollector, True, "GPU processes with their pod: GPU memory and busy ratios, CPU and resident memory, opt-in command line"),
+    "pod": CollectorSpec(PodCollector, True, "per-container GPU memory, SM share and process count; devices allocated by the kubelet"),
+    "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and attribution age"),
 }
 
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)

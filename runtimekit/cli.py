@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -28,6 +29,7 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--seed", type=int, help="seed of the simulated node")
     serve.add_argument("--sim-load", choices=("training", "busy", "idle"), help="simulated workload")
     serve.add_argument("--sim-processes", type=int, metavar="N", help="simulated GPU processes to keep running")
+    serve.add_argument("--sim-pods", type=int, metavar="N", help="extra simulated pods sharing the GPUs")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.set_defaults(handler=_run_serve)
 
@@ -44,6 +46,35 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     inject.add_argument("--clear", action="store_true", help="undo the fault (all faults on the GPU without --fault)")
     add_fault_arguments(inject)
     inject.set_defaults(handler=_run_inject)
+
+    pod = sim_commands.add_parser("pod", help="list, add or delete simulated pods on a running agent")
+    pod.add_argument("action", choices=("list", "add", "delete"))
+    pod.add_argument("--agent", required=True, metavar="URL")
+    pod.add_argument("--namespace", default="default")
+    pod.add_argument("--name", help="pod name (add, delete)")
+    pod.add_argument("--container", default="main", help="the pod's one container (add)")
+    pod.add_argument("--gpus", default="", metavar="I,J", help="GPU indices the container holds (add)")
+    pod.add_argument("--idle", action="store_true", help="hold the GPUs but run nothing on them (add)")
+    pod.add_argument("--qos", default="burstable", choices=("guaranteed", "burstable", "besteffort"))
+    pod.set_defaults(handler=_run_pod)
+
+    process = sim_commands.add_parser("process", help="list, add or delete simulated GPU processes")
+    process.add_argument("action", choices=("list", "add", "delete"))
+    process.add_argument("--agent", required=True, metavar="URL")
+    process.add_argument("--gpu", type=int, help="GPU index (add)")
+    process.add_argument("--bytes", type=int, default=1 << 30, help="GPU memory it holds (add)")
+    process.add_argument("--name", default="python", help="process name (add)")
+    process.add_argument("--pid", type=int, help="pid (add: optional; delete: required)")
+    process.add_argument("--namespace", help="run it in this pod's container (add)")
+    process.add_argument("--pod")
+    process.add_argument("--container")
+    process.set_defaults(handler=_run_process)
+
+    source = sim_commands.add_parser("source", help="stop or start the fake kubelet or CRI runtime")
+    source.add_argument("action", choices=("stop", "start"))
+    source.add_argument("source", choices=("kubelet", "cri"))
+    source.add_argument("--agent", required=True, metavar="URL")
+    source.set_defaults(handler=_run_source)
 
     scenarios = sim_commands.add_parser("scenarios", help="list the built-in scenarios")
     scenarios.set_defaults(handler=_run_scenarios)
@@ -74,6 +105,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         "sim.seed": args.seed,
         "sim.processes": args.sim_processes,
         "sim.load": args.sim_load,
+        "sim.pods": args.sim_pods,
         "log_level": args.log_level,
     }
     try:
@@ -117,6 +149,65 @@ def _run_inject(args: argparse.Namespace) -> int:
     return 0
 
 
+def _control(method: str, agent: str, path: str, body: dict | None = None) -> int:
+    """One call to the simulator's control API; prints the answer as JSON."""
+    from runtimekit.sim.client import request_json
+
+    try:
+        answer = request_json(method, agent.rstrip("/") + path, body)
+    except ValueError as error:
+        print(f"runtimekit: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, RuntimeError) as error:
+        print(f"runtimekit: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2, sort_keys=True))
+    return 0
+
+
+def _run_pod(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _control("GET", args.agent, "/sim/v1/pods")
+    if not args.name:
+        print("runtimekit: error: --name is required to add or delete a pod", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "delete":
+        return _control("DELETE", args.agent, "/sim/v1/pods", {"namespace": args.namespace, "name": args.name})
+    try:
+        gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+    except ValueError:
+        print(f"runtimekit: error: --gpus: must be comma-separated GPU indices, got {args.gpus!r}", file=sys.stderr)
+        return EXIT_USAGE
+    container = {"name": args.container, "gpus": gpus, "idle": args.idle}
+    body = {"namespace": args.namespace, "name": args.name, "qos": args.qos, "containers": [container]}
+    return _control("POST", args.agent, "/sim/v1/pods", body)
+
+
+def _run_process(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _control("GET", args.agent, "/sim/v1/processes")
+    if args.action == "delete":
+        if args.pid is None:
+            print("runtimekit: error: --pid is required to delete a process", file=sys.stderr)
+            return EXIT_USAGE
+        return _control("DELETE", args.agent, "/sim/v1/processes", {"pid": args.pid})
+    if args.gpu is None:
+        print("runtimekit: error: --gpu is required to add a process", file=sys.stderr)
+        return EXIT_USAGE
+    body = {"gpu": args.gpu, "used_memory_bytes": args.bytes, "name": args.name}
+    if args.pid is not None:
+        body["pid"] = args.pid
+    for key in ("namespace", "pod", "container"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    return _control("POST", args.agent, "/sim/v1/processes", body)
+
+
+def _run_source(args: argparse.Namespace) -> int:
+    body = {"source": args.source, "running": args.action == "start"}
+    return _control("POST", args.agent, "/sim/v1/sources", body)
+
+
 def _run_scenarios(args: argparse.Namespace) -> int:
     from runtimekit import sim
 
@@ -151,6 +242,8 @@ def _setup_logging(level: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core logs connection chatter (GOAWAY on a kubelet restart) to stderr unless told not to.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = parser().parse_args(argv)
     return args.handler(args)
 

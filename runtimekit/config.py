@@ -8,7 +8,8 @@ what is allowed. Flags override the file. Nothing here reads environment variabl
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -44,6 +45,14 @@ def _listen(value: str) -> str | None:
     return None
 
 
+def _regex(value: str) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as error:
+        return f"not a valid regular expression ({error})"
+    return None
+
+
 def _collectors(value: Mapping[str, Any]) -> str | None:
     for name, enabled in value.items():
         if not isinstance(name, str) or not isinstance(enabled, bool):
@@ -67,18 +76,47 @@ SCHEMA: dict[str, Key] = {
         (int, float), 10.0, "seconds between attempts to initialise NVML while it is unavailable", _between(0.1, 600)
     ),
     "exporter.collectors": Key(dict, {}, "collector name -> enabled; unnamed collectors keep their default", _collectors),
+    "exporter.process_cmdline": Key(bool, False, "export each GPU process's command line (runtimekit_process_info)"),
+    "exporter.cmdline_redact": Key(
+        (str, type(None)), None, "regular expression whose matches are masked in command lines (None: built-in)", _regex
+    ),
+    "attribution.enabled": Key(bool, True, "attribute GPU processes and devices to containers and pods"),
+    "attribution.refresh_seconds": Key(
+        (int, float, type(None)), None, "seconds between kubelet pod-resources List calls (None: every sampling cycle)",
+        _between(0.1, 600),
+    ),
+    "attribution.cri_refresh_seconds": Key(
+        (int, float), 30.0, "seconds between full CRI ListContainers calls (also called for unknown containers)",
+        _between(1, 3600),
+    ),
+    "attribution.cache_seconds": Key(
+        (int, float), 30.0, "how long a down source's last answer is still used", _between(0, 3600)
+    ),
+    "attribution.timeout_seconds": Key((int, float), 2.0, "deadline of each kubelet or CRI call", _between(0.1, 60)),
+    "attribution.kubelet_socket": Key(
+        str, "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet pod-resources API socket"
+    ),
+    "attribution.cri_socket": Key(str, "/run/containerd/containerd.sock", "the CRI runtime socket (containerd, CRI-O)"),
+    "attribution.proc_root": Key(str, "/proc", "the host's /proc (mount it into the container; hostPID also works)"),
+    "attribution.max_processes_per_gpu": Key(
+        int, 256, "process-level series kept per GPU (the biggest memory holders)", _between(0, 100_000)
+    ),
     "sim.scenario": Key((str, type(None)), None, "run on the simulated node of this scenario (name or YAML path)"),
     "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
     "sim.load": Key(
         (str, type(None)), None, "simulated workload (None: the scenario's)", allowed=("training", "busy", "idle", None)
     ),
     "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", _between(0, 100_000)),
+    "sim.pods": Key(
+        int, 0, "extra simulated pods sharing the GPUs (time-sliced), running the simulated processes",
+        _between(0, 10_000),
+    ),
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Validated configuration. Attribute names follow the dotted keys with '.' → '_'."""
+    """Validated configuration. Attribute names follow the dotted keys with '.' → '_'; defaults live in ``SCHEMA``."""
 
     listen: str
     state_dir: str
@@ -87,11 +125,23 @@ class Config:
     sampling_timeout_seconds: float
     sampling_limits_refresh_seconds: float
     sampling_nvml_retry_seconds: float
-    exporter_collectors: Mapping[str, bool] = field(default_factory=dict)
-    sim_scenario: str | None = None
-    sim_seed: int | None = None
-    sim_load: str | None = None
-    sim_processes: int = 16
+    exporter_collectors: Mapping[str, bool]
+    exporter_process_cmdline: bool
+    exporter_cmdline_redact: str | None
+    attribution_enabled: bool
+    attribution_refresh_seconds: float | None
+    attribution_cri_refresh_seconds: float
+    attribution_cache_seconds: float
+    attribution_timeout_seconds: float
+    attribution_kubelet_socket: str
+    attribution_cri_socket: str
+    attribution_proc_root: str
+    attribution_max_processes_per_gpu: int
+    sim_scenario: str | None
+    sim_seed: int | None
+    sim_load: str | None
+    sim_processes: int
+    sim_pods: int
 
     @property
     def listen_host(self) -> str:

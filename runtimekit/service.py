@@ -10,8 +10,12 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import shutil
 import signal
+import tempfile
 from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from aiohttp import web
@@ -43,6 +47,7 @@ def build_app(config: Config) -> web.Application:
     if config.sim_scenario:
         _add_simulator(app, config)
     app.cleanup_ctx.append(_sampling_context)
+    app.cleanup_ctx.append(_attribution_context)
     add_exporter_routes(app, ExpositionCache(app[STATE], build_registry(app[STATE], config.exporter_collectors)))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
@@ -54,16 +59,31 @@ def _add_simulator(app: web.Application, config: Config) -> None:
     """Install the simulated node below pynvml and expose its loopback-only control routes."""
     from runtimekit import sim
     from runtimekit.sim.control import add_control_routes
+    from runtimekit.sim.host import SimulatedHost
 
     node = sim.SimulatedNode(sim.load_scenario(config.sim_scenario), seed=config.sim_seed, load=config.sim_load)
+    node.set_pod_count(config.sim_pods)
     node.set_process_count(config.sim_processes)
-    add_control_routes(app, node)
+    root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-"))
+    host = SimulatedHost(node, root)
+    app[HOST_PATHS] = HostPaths(host.kubelet_socket, host.cri_socket, host.proc_root)
+    add_control_routes(app, node, host)
 
     async def simulator_context(app: web.Application) -> AsyncIterator[None]:
         sim.install(node)
-        log.info("simulated node %r installed below pynvml (%d GPUs)", node.scenario.name, len(node.scenario.gpus))
-        yield
-        sim.uninstall()
+        try:
+            await host.start()
+        except BaseException:
+            sim.uninstall()
+            raise
+        log.info("simulated node %r installed below pynvml (%d GPUs); kubelet, CRI and /proc under %s",
+                 node.scenario.name, len(node.scenario.gpus), root)
+        try:
+            yield
+        finally:
+            await host.stop()
+            sim.uninstall()
+            shutil.rmtree(root, ignore_errors=True)
 
     app.cleanup_ctx.append(simulator_context)
 
@@ -91,6 +111,53 @@ async def _sampling_context(app: web.Application) -> AsyncIterator[None]:
         await asyncio.get_running_loop().run_in_executor(None, watcher.stop)
         sampler.close()
         session.shutdown()
+
+
+@dataclass(frozen=True, slots=True)
+class HostPaths:
+    """Where the node's attribution sources are: the real host's, or the simulated node's."""
+
+    kubelet_socket: str
+    cri_socket: str
+    proc_root: str
+
+
+HOST_PATHS = web.AppKey("host_paths", HostPaths)
+
+
+async def _attribution_context(app: web.Application) -> AsyncIterator[None]:
+    """The attributor task: owners of GPU processes and devices, after each sampling cycle."""
+    from runtimekit.attribution.attributor import Attributor
+    from runtimekit.attribution.cri import CriClient
+    from runtimekit.attribution.podresources import PodResourcesClient
+    from runtimekit.attribution.procfs import ProcessReader
+
+    config = app[CONFIG]
+    if not config.attribution_enabled:
+        yield
+        return
+    paths = app.get(HOST_PATHS) or HostPaths(
+        config.attribution_kubelet_socket, config.attribution_cri_socket, config.attribution_proc_root
+    )
+    timeout = config.attribution_timeout_seconds
+    attributor = Attributor(
+        app[STATE],
+        kubelet=PodResourcesClient(paths.kubelet_socket, timeout),
+        cri=CriClient(paths.cri_socket, timeout),
+        proc=ProcessReader(paths.proc_root),
+        refresh_seconds=config.attribution_refresh_seconds or 0.0,
+        cri_refresh_seconds=config.attribution_cri_refresh_seconds,
+        cache_seconds=config.attribution_cache_seconds,
+        max_processes_per_gpu=config.attribution_max_processes_per_gpu,
+    )
+    task = asyncio.create_task(attributor.run(), name="runtimekit-attributor")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        await attributor.close()
 
 
 async def _healthz(request: web.Request) -> web.Response:

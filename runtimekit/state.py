@@ -1,6 +1,6 @@
 """NodeState: the one place where the sampler publishes and everyone else reads.
 
-The sampler and the XID event thread write; collectors, health checks and the slicer read.
+The sampler, the XID event thread and the attributor write; collectors, health checks and the slicer read.
 Everything published is immutable (a ``NodeSnapshot``, a frozen mapping of XID counts), so a
 reader takes a reference and never sees a half-written value. ``version`` grows by one on every
 publication so that caches (the exposition) know when to re-render.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 
 XidKey = tuple[int, str, int]  # (gpu index, gpu uuid, xid code)
@@ -34,6 +35,7 @@ class NodeState:
 
     snapshot: NodeSnapshot | None = None
     sampler: SamplerStats = field(default_factory=SamplerStats)
+    attribution: AttributionSnapshot | None = None
     xid_counts: Mapping[XidKey, int] = field(default_factory=lambda: MappingProxyType({}))
     version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -44,6 +46,13 @@ class NodeState:
         with self._lock:
             self.snapshot = snapshot
             self.sampler = stats
+            self.version += 1
+        self._notify()
+
+    def publish_attribution(self, attribution: AttributionSnapshot) -> None:
+        """Publish a new attribution refresh (called from the attributor)."""
+        with self._lock:
+            self.attribution = attribution
             self.version += 1
         self._notify()
 

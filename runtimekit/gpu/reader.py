@@ -424,6 +424,8 @@ class NodeReader:
             if utilization is None and found:
                 utilization = self._read_process_utilization(handle, now)
             for process in found:
+                if any(p.pid == process.pid for p in processes):
+                    continue  # a process with compute and graphics contexts is listed in both
                 gi = getattr(process, "gpuInstanceId", NO_ID)
                 ci = getattr(process, "computeInstanceId", NO_ID)
                 memory = process.usedGpuMemory

@@ -7,6 +7,11 @@
     POST   /sim/v1/processes   {"gpu": 0, "used_memory_bytes": N, "name"?: str, "pid"?: int} -> {"pid": pid}
                                or {"count": N} (background churn) -> {"count": N}
     DELETE /sim/v1/processes   {"pid": pid} -> {"removed": pid}
+    GET    /sim/v1/pods        -> {"pods": [...]}
+    POST   /sim/v1/pods        {"namespace", "name", "qos"?, "containers": [{"name", "gpus"?, "idle"?}]}
+                               -> {"pod": {...}}; or {"count": N} (generated pods) -> {"count": N}
+    DELETE /sim/v1/pods        {"namespace", "name"} -> {"deleted": "namespace/name"}
+    POST   /sim/v1/sources     {"source": "kubelet" | "cri", "running": bool} -> {"source", "running"}
 
 A peer outside 127.0.0.0/8 and ::1 gets 403. Bad input gets 400 with {"error": "<field>: <rule>"}
 and changes nothing. Handlers only touch in-memory node state (no NVML, no I/O), so they run on
@@ -17,11 +22,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import asdict
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from .faults import FAULT_KINDS, FaultError
+from .host import SimulatedHost
 from .node import SimulatedNode
 
 __all__ = ["add_control_routes", "fault_kinds_json", "is_loopback"]
@@ -95,8 +102,15 @@ def fault_kinds_json() -> dict[str, Any]:
     }
 
 
-def add_control_routes(app: web.Application, node: SimulatedNode) -> None:
-    """Add the /sim/v1 routes for ``node`` to ``app``."""
+def _str(body: dict[str, Any], key: str) -> str:
+    v = body.get(key)
+    if not isinstance(v, str) or not v:
+        raise FaultError(f"{key}: required, must be a non-empty string (got {v!r})")
+    return v
+
+
+def add_control_routes(app: web.Application, node: SimulatedNode, host: SimulatedHost | None = None) -> None:
+    """Add the /sim/v1 routes for ``node`` (and its fake kubelet and runtime, ``host``) to ``app``."""
 
     async def get_faults(request: web.Request) -> Any:
         return {"faults": node.active_faults(), "kinds": fault_kinds_json()}
@@ -133,7 +147,8 @@ def add_control_routes(app: web.Application, node: SimulatedNode) -> None:
         size = _int(body, "used_memory_bytes")
         pid = _int(body, "pid", required=False)
         name = body.get("name", "python")
-        return {"pid": node.add_process(gpu, size, name=name, pid=pid)}
+        owner = {key: body[key] for key in ("namespace", "pod", "container") if key in body}
+        return {"pid": node.add_process(gpu, size, name=name, pid=pid, **owner)}
 
     async def delete_process(request: web.Request) -> Any:
         body = await _body(request)
@@ -141,6 +156,41 @@ def add_control_routes(app: web.Application, node: SimulatedNode) -> None:
         node.remove_process(pid)
         return {"removed": pid}
 
+    async def get_pods(request: web.Request) -> Any:
+        return {"pods": [asdict(pod) for pod in node.pods()]}
+
+    async def post_pod(request: web.Request) -> Any:
+        body = await _body(request)
+        if "count" in body:
+            count = _int(body, "count")
+            node.set_pod_count(count)
+            return {"count": count}
+        pod = node.add_pod(_str(body, "namespace"), _str(body, "name"), body.get("containers"),
+                           qos=body.get("qos", "burstable"))
+        return {"pod": asdict(pod)}
+
+    async def delete_pod(request: web.Request) -> Any:
+        body = await _body(request)
+        namespace, name = _str(body, "namespace"), _str(body, "name")
+        node.delete_pod(namespace, name)
+        return {"deleted": f"{namespace}/{name}"}
+
+    async def post_source(request: web.Request) -> Any:
+        body = await _body(request)
+        source, running = body.get("source"), body.get("running")
+        if source not in ("kubelet", "cri"):
+            raise FaultError(f"source: must be kubelet or cri (got {source!r})")
+        if not isinstance(running, bool):
+            raise FaultError(f"running: must be true or false (got {running!r})")
+        if host is None:
+            raise LookupError("this simulated node has no fake kubelet or runtime")
+        await host.set_running(source, running)
+        return {"source": source, "running": running}
+
+    app.router.add_get("/sim/v1/pods", _guarded(get_pods))
+    app.router.add_post("/sim/v1/pods", _guarded(post_pod))
+    app.router.add_delete("/sim/v1/pods", _guarded(delete_pod))
+    app.router.add_post("/sim/v1/sources", _guarded(post_source))
     app.router.add_get("/sim/v1/faults", _guarded(get_faults))
     app.router.add_post("/sim/v1/faults", _guarded(post_fault))
     app.router.add_delete("/sim/v1/faults", _guarded(delete_fault))

@@ -38,7 +38,7 @@ class Phase:
 
 
 PHASES = (
-    Phase("idle", 0, 60, 0.0, 0.0, 0.0, False),
+    Phase("idle", 0, 60, 0.0, 0.0, 0.002, False),  # a trickle of driver and telemetry traffic
     Phase("warmup", 60, 90, 0.45, 0.1, 6.0, True),
     Phase("train", 90, 600, 0.96, 0.6, 2.0, True),
     Phase("checkpoint", 600, 630, 0.12, 0.05, 24.0, True),
@@ -46,7 +46,7 @@ PHASES = (
     Phase("eval", 1140, 1200, 0.6, 0.3, 1.0, True),
 )
 _BUSY = Phase("train", 0, CYCLE_S, 0.96, 0.6, 2.0, True)
-_IDLE = Phase("idle", 0, CYCLE_S, 0.0, 0.0, 0.0, False)
+_IDLE = Phase("idle", 0, CYCLE_S, 0.0, 0.0, 0.002, False)
 
 
 def mix(*values: int) -> int:

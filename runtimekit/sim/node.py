@@ -11,6 +11,7 @@ how many calls came in between. Fault changes settle the counters first: counter
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,16 @@ from typing import Any, Callable
 from . import load as _load
 from .events import LOST, EventHub
 from .faults import COMPUTE_MODES, DRIVER_ERRORS, FAULT_KINDS, FaultError, validate_params
+from .pods import (
+    GPU_RESOURCE,
+    QOS_CLASSES,
+    KubernetesSpec,
+    SimContainer,
+    SimDevice,
+    SimPod,
+    container_id_for,
+    pod_uid_for,
+)
 from .scenario import LOAD_PROFILES, GpuSpec, Scenario
 
 __all__ = ["SimulatedNode", "Counters", "MiB"]
@@ -30,6 +41,7 @@ _LINK_KINDS = ("nvlink-down", "nvlink-crc")
 _ECC_CORRECTED_P = 0.002  # chance per GPU per tick of one corrected (single-bit) ECC error
 _MANUAL_PID_BASE = 3_900_000  # pids of add_process() without an explicit pid
 _CHURN_PID_BASE = 1_500_000
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass
@@ -108,11 +120,17 @@ class SimulatedNode:
             n = g.spec.model.nvlink_links
             g.acc = Counters(nvlink_tx_kib=[0.0] * n, nvlink_rx_kib=[0.0] * n, nvlink_crc=[0.0] * n)
         self._fault_gen = 0
-        self._manual: dict[int, tuple[int, str, int]] = {}  # pid -> (gpu, name, bytes)
+        self._pods: dict[tuple[str, str], SimPod] = {(p.namespace, p.name): p for p in scenario.kubernetes.pods}
+        self._declares_pods = bool(scenario.kubernetes.pods)
+        self._generated_pods: tuple[SimPod, ...] = ()
+        self._holders_cache: tuple[int, dict[int, SimContainer]] | None = None
+        self._manual: dict[int, tuple[int, str, int, SimContainer | None]] = {}  # pid -> (gpu, name, bytes, owner)
         self._next_pid = _MANUAL_PID_BASE
         self._churn = 0
         self._proc_gen = 0
         self._proc_cache: tuple[tuple, list[dict]] | None = None
+        # Called with the new process list whenever it changes (SimulatedHost keeps /proc in step).
+        self.on_processes_changed: Callable[[list[dict]], None] | None = None
 
     # ---- time ------------------------------------------------------------------------------
     def now(self) -> float:
@@ -286,7 +304,9 @@ class SimulatedNode:
     def _compute(self, g: _Gpu, tick: int) -> tuple[_load.Sample, _Rates]:
         """Sample and rates of GPU ``g`` during ``tick`` with the current faults applied."""
         m = g.spec.model
-        s = _load.sample(m, self.load_profile, self.seed, g.spec.index, tick, tick * self.tick_s, self._offset_s)
+        # The job runs only on GPUs a running container holds (every GPU when no pods are declared).
+        profile = self.load_profile if self._runs_job(g.spec.index) else "idle"
+        s = _load.sample(m, profile, self.seed, g.spec.index, tick, tick * self.tick_s, self._offset_s)
         if g.faults:
             if self._fault(g, "thermal-slowdown") is not None:
                 slow = m.temperature_thresholds_c["slowdown"]
@@ -325,7 +345,7 @@ class SimulatedNode:
         return s, rates
 
     def _current(self, g: _Gpu, tick: int) -> tuple[_load.Sample, _Rates]:
-        key = (tick, self._fault_gen)
+        key = (tick, self._fault_gen, self._proc_gen)
         if g.cache_key != key:
             g.cache = self._compute(g, tick)
             g.cache_key = key
@@ -392,10 +412,139 @@ class SimulatedNode:
         with self._lock:
             return self._current(g, self._tick(t))[0]
 
+    # ---- pods ------------------------------------------------------------------------------
+    @property
+    def kubernetes(self) -> KubernetesSpec:
+        """The node's container runtime and cgroup layout (its pods are ``pods()``)."""
+        return self.scenario.kubernetes
+
+    def pods(self) -> list[SimPod]:
+        """Every pod on the node now: the scenario's and added ones, then the generated ones."""
+        with self._lock:
+            return sorted(self._pods.values(), key=lambda p: (p.namespace, p.name)) + list(self._generated_pods)
+
+    def add_pod(
+        self, namespace: str, name: str, containers: list[dict[str, Any]], qos: str = "burstable"
+    ) -> SimPod:
+        """Start a pod; ``containers`` are ``{"name", "gpus": [index, ...], "idle": bool}``.
+
+        Raises FaultError naming the field and rule for bad input (and changes nothing).
+        """
+        for field_name, value in (("namespace", namespace), ("name", name)):
+            if not isinstance(value, str) or not _DNS_LABEL.match(value):
+                raise FaultError(f"{field_name}: got {value!r}; must be a DNS label (a-z, 0-9, '-', at most 63)")
+        if qos not in QOS_CLASSES:
+            raise FaultError(f"qos: got {qos!r}; must be one of {', '.join(QOS_CLASSES)}")
+        if not isinstance(containers, list) or not containers:
+            raise FaultError("containers: must be a non-empty list of {name, gpus, idle}")
+        built = []
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or set(c) - {"name", "gpus", "idle"}:
+                raise FaultError(f"containers[{i}]: must be a mapping with keys name, gpus, idle")
+            cname, gpus, idle = c.get("name"), c.get("gpus", []), c.get("idle", False)
+            if not isinstance(cname, str) or not _DNS_LABEL.match(cname):
+                raise FaultError(f"containers[{i}].name: got {cname!r}; must be a DNS label")
+            if not isinstance(gpus, list) or len(set(map(repr, gpus))) != len(gpus):
+                raise FaultError(f"containers[{i}].gpus: must be a list of distinct GPU indices")
+            for gpu in gpus:
+                self._check_gpu(gpu)
+            if not isinstance(idle, bool):
+                raise FaultError(f"containers[{i}].idle: must be true or false")
+            devices = tuple(SimDevice(GPU_RESOURCE, self._gpus[g].spec.uuid) for g in gpus)
+            cid = container_id_for(namespace, name, cname, salt=f"{self.seed}:{time.monotonic_ns()}")
+            built.append(SimContainer(cname, cid, devices, idle=idle))
+        if len({c.name for c in built}) != len(built):
+            raise FaultError("containers: container names must be distinct")
+        pod = SimPod(name, namespace, pod_uid_for(namespace, name, salt=f"{time.monotonic_ns()}"), tuple(built), qos)
+        with self._lock:
+            if (namespace, name) in self._pods:
+                raise FaultError(f"name: pod {namespace}/{name} already exists")
+            self._pods[(namespace, name)] = pod
+            self._proc_gen += 1
+        return pod
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod: its containers and every process in them end (KeyError when unknown)."""
+        with self._lock:
+            pod = self._pods.pop((namespace, name), None)
+            if pod is None:
+                raise KeyError(f"pod {namespace}/{name} does not exist")
+            ids = {c.container_id for c in pod.containers}
+            for pid in [pid for pid, entry in self._manual.items() if entry[3] and entry[3].container_id in ids]:
+                del self._manual[pid]
+            self._proc_gen += 1
+
+    def set_pod_count(self, count: int) -> None:
+        """Generated pods ``sim-pod-NNNN`` in namespace ``sim``, sharing the GPUs round-robin
+        (time-sliced replicas ``GPU-…::N`` as the NVIDIA device plugin names them); the
+        background processes of ``set_process_count`` then run in them."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10_000:
+            raise FaultError(f"count: got {count!r}; must be an integer in 0..10000")
+        n = len(self._gpus)
+        pods = []
+        for i in range(count):
+            name = f"sim-pod-{i:04d}"
+            device = SimDevice(GPU_RESOURCE, f"{self._gpus[i % n].spec.uuid}::{i // n}")
+            cid = container_id_for("sim", name, "worker", salt=str(self.seed))
+            container = SimContainer("worker", cid, (device,))
+            pods.append(SimPod(name, "sim", pod_uid_for("sim", name, salt=str(self.seed)), (container,)))
+        with self._lock:
+            self._generated_pods = tuple(pods)
+            self._proc_gen += 1
+
+    def _runs_job(self, gpu: int) -> bool:
+        return not self._declares_pods or gpu in self._holders()
+
+    def _holders(self) -> dict[int, SimContainer]:
+        """GPU index -> the first non-idle container holding it whole (the job runs there)."""
+        if self._holders_cache is not None and self._holders_cache[0] == self._proc_gen:
+            return self._holders_cache[1]
+        by_uuid = {g.spec.uuid: g.spec.index for g in self._gpus}
+        holders: dict[int, SimContainer] = {}
+        for pod in sorted(self._pods.values(), key=lambda p: (p.namespace, p.name)):
+            for container in pod.containers:
+                for device in container.devices:
+                    index = by_uuid.get(device.device_id)
+                    if index is not None and not container.idle:
+                        holders.setdefault(index, container)
+        self._holders_cache = (self._proc_gen, holders)
+        return holders
+
+    def _owner_fields(self, container: SimContainer | None) -> dict[str, Any]:
+        if container is None:
+            return {"namespace": None, "pod": None, "pod_uid": None, "container": None, "container_id": None, "qos": None}
+        for pod in (*self._pods.values(), *self._generated_pods):
+            if container in pod.containers:
+                return {
+                    "namespace": pod.namespace, "pod": pod.name, "pod_uid": pod.uid, "container": container.name,
+                    "container_id": container.container_id, "qos": pod.qos_class,
+                }
+        raise KeyError(container.name)
+
     # ---- processes -------------------------------------------------------------------------
-    def add_process(self, gpu: int, used_memory_bytes: int, name: str = "python", pid: int | None = None) -> int:
-        """Start a process holding ``used_memory_bytes`` on ``gpu``; returns its pid."""
+    def add_process(
+        self,
+        gpu: int,
+        used_memory_bytes: int,
+        name: str = "python",
+        pid: int | None = None,
+        *,
+        namespace: str | None = None,
+        pod: str | None = None,
+        container: str | None = None,
+    ) -> int:
+        """Start a process holding ``used_memory_bytes`` on ``gpu``; returns its pid.
+
+        With ``namespace``, ``pod`` and ``container`` it runs in that container (which must
+        exist), otherwise on the host.
+        """
         gpu = self._check_gpu(gpu)
+        owner = None
+        if namespace is not None or pod is not None or container is not None:
+            found = self._pods.get((namespace, pod))  # type: ignore[arg-type]
+            owner = found.container(container) if found and isinstance(container, str) else None
+            if owner is None:
+                raise FaultError(f"container: no container {container!r} in pod {namespace}/{pod}")
         if isinstance(used_memory_bytes, bool) or not isinstance(used_memory_bytes, int) or used_memory_bytes < 0:
             raise FaultError(f"used_memory_bytes: got {used_memory_bytes!r}; must be an integer >= 0")
         if not isinstance(name, str) or not name:
@@ -408,7 +557,7 @@ class SimulatedNode:
                 self._next_pid += 1
             elif isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 32:
                 raise FaultError(f"pid: got {pid!r}; must be an integer in 1..4294967295")
-            self._manual[pid] = (gpu, name, used_memory_bytes)
+            self._manual[pid] = (gpu, name, used_memory_bytes, owner)
             self._proc_gen += 1
             return pid
 
@@ -430,7 +579,13 @@ class SimulatedNode:
             self._proc_gen += 1
 
     def processes(self) -> list[dict]:
-        """Processes on the node now: {pid, gpu, name, used_memory_bytes}, by pid."""
+        """Processes on the node now, by pid: {pid, gpu, name, used_memory_bytes} and their owner
+        {namespace, pod, pod_uid, container, container_id, qos} (all None for a host process).
+
+        The load profile's job runs in the non-idle containers holding whole GPUs (on every GPU
+        when the scenario declares no pods); background processes run in the generated pods
+        (on the host when there are none).
+        """
         t = self.now()
         tick = self._tick(t)
         with self._lock:
@@ -438,23 +593,34 @@ class SimulatedNode:
             if self._proc_cache is not None and self._proc_cache[0] == key:
                 return self._proc_cache[1]
             out = [
-                {"pid": pid, "gpu": gpu, "name": name, "used_memory_bytes": b}
-                for pid, (gpu, name, b) in self._manual.items()
+                {"pid": pid, "gpu": gpu, "name": name, "used_memory_bytes": b, **self._owner_fields(owner)}
+                for pid, (gpu, name, b, owner) in self._manual.items()
             ]
             n = len(self._gpus)
+            holders = self._holders()
             for g in self._gpus:
                 s = self._current(g, tick)[0]
-                if s.job:
+                holder = holders.get(g.spec.index)
+                if s.job and (holder is not None or not self._declares_pods):
                     m = g.spec.model
                     frac = 0.6 + 0.25 * _load.noise(self.seed, 0, s.cycle, 7)
                     size = int((m.memory_total_mib - m.memory_reserved_mib) * frac) * MiB
                     pid = 10_000 + (_load.mix(self.seed, s.cycle) % 100_000) * 10 + g.spec.index
-                    out.append({"pid": pid, "gpu": g.spec.index, "name": "python", "used_memory_bytes": size})
+                    out.append({"pid": pid, "gpu": g.spec.index, "name": "python", "used_memory_bytes": size,
+                                **self._owner_fields(holder)})
+            generated = self._generated_pods
             for i in range(self._churn):
                 life = 20 + _load.mix(self.seed, i, 1) % 100
                 epoch = (tick + _load.mix(self.seed, i, 2) % life) // life
                 pid = _CHURN_PID_BASE + i * 50 + epoch % 50
-                out.append({"pid": pid, "gpu": i % n, "name": "worker", "used_memory_bytes": 64 * MiB})
+                pod = generated[i % len(generated)] if generated else None
+                gpu = (i % len(generated)) % n if generated else i % n
+                container = pod.containers[0] if pod else None
+                out.append({"pid": pid, "gpu": gpu, "name": "worker", "used_memory_bytes": 64 * MiB,
+                            **self._owner_fields(container)})
             out.sort(key=lambda p: p["pid"])
             self._proc_cache = (key, out)
-            return out
+        hook = self.on_processes_changed
+        if hook is not None:
+            hook(out)  # e.g. the fixture /proc, updated before NVML can show the new list
+        return out

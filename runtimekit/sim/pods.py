@@ -6,6 +6,8 @@ fixture /proc tree are all generated from, so the three always agree, as they do
 
 from __future__ import annotations
 
+import hashlib
+import uuid as uuid_module
 from dataclasses import dataclass, field
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -27,6 +29,7 @@ class SimContainer:
     container_id: str
     devices: tuple[SimDevice, ...] = ()
     image: str = "registry.example/train:latest"
+    idle: bool = False  # holds its devices but starts no GPU process on them
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +42,28 @@ class SimPod:
 
     def container(self, name: str) -> SimContainer | None:
         return next((c for c in self.containers if c.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSpec:
+    """How the simulated node runs containers, and the pods it starts with."""
+
+    runtime: str = "containerd"  # "containerd", "cri-o" or "docker"
+    cgroup_driver: str = "systemd"  # "systemd" or "cgroupfs"
+    cgroup_version: int = 2
+    pods: tuple[SimPod, ...] = ()
+
+
+RUNTIMES = ("containerd", "cri-o", "docker")
+CGROUP_DRIVERS = ("systemd", "cgroupfs")
+QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
+
+
+def container_id_for(namespace: str, pod: str, container: str, salt: str = "") -> str:
+    """A stable 64-hex container id for a simulated container (runtimes use 64 hex ids)."""
+    return hashlib.sha256(f"{salt}/{namespace}/{pod}/{container}".encode()).hexdigest()
+
+
+def pod_uid_for(namespace: str, pod: str, salt: str = "") -> str:
+    """A stable pod UID (a UUID, as the API server assigns) for a simulated pod."""
+    return str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, f"runtimekit-sim:{salt}/{namespace}/{pod}"))

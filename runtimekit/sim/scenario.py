@@ -18,6 +18,19 @@ from typing import Any
 
 import yaml
 
+from .pods import (
+    CGROUP_DRIVERS,
+    GPU_RESOURCE,
+    QOS_CLASSES,
+    RUNTIMES,
+    KubernetesSpec,
+    SimContainer,
+    SimDevice,
+    SimPod,
+    container_id_for,
+    pod_uid_for,
+)
+
 __all__ = [
     "ScenarioError",
     "Scenario",
@@ -41,6 +54,8 @@ LOAD_PROFILES = ("training", "idle", "busy")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_POD_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ScenarioError(ValueError):
@@ -137,6 +152,7 @@ class Scenario:
     sockets: int
     cpu_model: str
     load_profile: str
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
     source: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -191,6 +207,20 @@ _SCHEMA = {
     "nics?": [{"name": str, "pci_bus_id": str, "numa_node": int, "pcie_switch": str, "rate_gbps": int}],
     "gpus": [_GPU],
     "load?": {"profile": str},
+    "kubernetes?": {
+        "runtime": str,
+        "cgroup_driver": str,
+        "cgroup_version": int,
+        "pods?": [
+            {
+                "name": str,
+                "namespace": str,
+                "uid?": str,
+                "qos?": str,
+                "containers": [{"name": str, "id?": str, "gpus?": [int], "idle?": bool}],
+            }
+        ],
+    },
 }
 
 
@@ -364,6 +394,7 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
                 nvlinks=tuple(g["nvlinks"]),
             )
         )
+    kubernetes = _kubernetes(data.get("kubernetes"), gpus)
     profile = data.get("load", {}).get("profile", "training")
     if profile not in LOAD_PROFILES:
         raise ScenarioError(f"load.profile: must be one of {', '.join(LOAD_PROFILES)}")
@@ -381,9 +412,49 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
         sockets=data["node"]["sockets"],
         cpu_model=data["node"].get("cpu_model", ""),
         load_profile=profile,
+        kubernetes=kubernetes,
         source=source,
         raw=data,
     )
+
+
+def _kubernetes(k: dict[str, Any] | None, gpus: list[GpuSpec]) -> KubernetesSpec:
+    """The ``kubernetes:`` section: runtime and cgroup layout, and the pods the node starts with."""
+    if k is None:
+        return KubernetesSpec()
+    if k["runtime"] not in RUNTIMES:
+        raise ScenarioError(f"kubernetes.runtime: must be one of {', '.join(RUNTIMES)}")
+    if k["cgroup_driver"] not in CGROUP_DRIVERS:
+        raise ScenarioError(f"kubernetes.cgroup_driver: must be one of {', '.join(CGROUP_DRIVERS)}")
+    if k["cgroup_version"] not in (1, 2):
+        raise ScenarioError("kubernetes.cgroup_version: must be 1 or 2")
+    pods = []
+    seen: set[tuple[str, str]] = set()
+    for i, p in enumerate(k.get("pods", [])):
+        path = f"kubernetes.pods[{i}]"
+        if (p["namespace"], p["name"]) in seen:
+            raise ScenarioError(f"{path}: duplicate pod {p['namespace']}/{p['name']}")
+        seen.add((p["namespace"], p["name"]))
+        qos = p.get("qos", "burstable")
+        if qos not in QOS_CLASSES:
+            raise ScenarioError(f"{path}.qos: must be one of {', '.join(QOS_CLASSES)}")
+        uid = p.get("uid") or pod_uid_for(p["namespace"], p["name"])
+        if not _POD_UID.match(uid):
+            raise ScenarioError(f"{path}.uid: must be a UUID like 1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+        containers = []
+        for j, c in enumerate(p["containers"]):
+            cpath = f"{path}.containers[{j}]"
+            cid = c.get("id") or container_id_for(p["namespace"], p["name"], c["name"])
+            if not _CONTAINER_ID.match(cid):
+                raise ScenarioError(f"{cpath}.id: must be 64 lowercase hex digits")
+            devices = []
+            for g in c.get("gpus", []):
+                if not 0 <= g < len(gpus):
+                    raise ScenarioError(f"{cpath}.gpus: GPU {g} out of range 0..{len(gpus) - 1}")
+                devices.append(SimDevice(GPU_RESOURCE, gpus[g].uuid))
+            containers.append(SimContainer(c["name"], cid, tuple(devices), idle=c.get("idle", False)))
+        pods.append(SimPod(p["name"], p["namespace"], uid, tuple(containers), qos_class=qos))
+    return KubernetesSpec(k["runtime"], k["cgroup_driver"], k["cgroup_version"], tuple(pods))
 
 
 def _builtin_dir() -> Any:

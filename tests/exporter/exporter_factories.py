@@ -6,6 +6,16 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any
 
+from runtimekit.attribution.types import (
+    HOST,
+    AttributedProcess,
+    AttributionSnapshot,
+    DeviceAllocation,
+    Owner,
+    PodGpuUsage,
+    ProcessFacts,
+    SourceStatus,
+)
 from runtimekit.gpu.types import (
     NOT_SUPPORTED,
     Clocks,
@@ -138,3 +148,95 @@ def value(families, name: str, **labels: str) -> float | None:
 
 def names(families) -> set[str]:
     return {s.name for f in families for s in f.samples}
+
+
+# --- attribution (process, pod and attribution collectors) ----------------------------------
+
+REFRESHED_AT = SAMPLED_AT + 0.5
+TRAINER = Owner(namespace="ml", pod="trainer-0", container="main", pod_uid="uid-trainer-0", container_id="c0ffee")
+
+
+def make_facts(pid: int, *, owner: Owner = TRAINER, **overrides: Any) -> ProcessFacts:
+    fields: dict[str, Any] = dict(
+        pid=pid, name="python3", cmdline=("python3", "train.py", "--epochs=3"), cpu_seconds=120.5,
+        resident_bytes=2 * GiB, owner=owner,
+    )
+    fields.update(overrides)
+    return ProcessFacts(**fields)
+
+
+def make_process(pid: int = 4242, gpu: int = 0, *, host: ProcessFacts | None | str = "default", **overrides: Any) -> AttributedProcess:
+    """One process row on ``gpu``; ``host="default"`` gives it /proc facts owned by TRAINER."""
+    facts = make_facts(pid) if host == "default" else host
+    fields: dict[str, Any] = dict(
+        gpu_index=gpu, gpu_uuid=uuid_for(gpu), pid=pid, used_memory_bytes=9 * GiB,
+        sm_utilization=0.6, memory_utilization=0.3, encoder_utilization=0.0, decoder_utilization=0.0,
+        gpu_instance_id=NOT_SUPPORTED, compute_instance_id=NOT_SUPPORTED,
+        host=facts, owner=facts.owner if facts is not None else HOST,
+    )
+    fields.update(overrides)
+    return AttributedProcess(**fields)
+
+
+def make_pod_usage(gpu: int = 0, *, owner: Owner = TRAINER, **overrides: Any) -> PodGpuUsage:
+    fields: dict[str, Any] = dict(
+        owner=owner, gpu_index=gpu, gpu_uuid=uuid_for(gpu), used_memory_bytes=9 * GiB, sm_utilization=0.6, processes=1,
+    )
+    fields.update(overrides)
+    return PodGpuUsage(**fields)
+
+
+def make_allocation(gpu: int | None = 0, *, owner: Owner = TRAINER, device_id: str | None = None,
+                    resource: str = "nvidia.com/gpu") -> DeviceAllocation:
+    uuid = uuid_for(gpu) if gpu is not None else ""
+    return DeviceAllocation(owner, resource, device_id if device_id is not None else uuid, uuid, gpu)
+
+
+def make_attribution(
+    processes: tuple[AttributedProcess, ...] | None = None,
+    pods: tuple[PodGpuUsage, ...] | None = None,
+    allocations: tuple[DeviceAllocation, ...] | None = None,
+    *,
+    sources: dict[str, SourceStatus] | None = None,
+    dropped: dict[tuple[int, str], int] | None = None,
+    refreshed_at: float = REFRESHED_AT,
+) -> AttributionSnapshot:
+    """Default: one TRAINER process on GPU 0, its pod usage and allocation, all three sources up."""
+    if sources is None:
+        sources = {name: SourceStatus(True, last_success=refreshed_at) for name in ("kubelet", "cri", "procfs")}
+    return AttributionSnapshot(
+        refreshed_at=refreshed_at,
+        processes=(make_process(),) if processes is None else processes,
+        pods=(make_pod_usage(),) if pods is None else pods,
+        allocations=(make_allocation(0),) if allocations is None else allocations,
+        sources=MappingProxyType(dict(sources)),
+        dropped_total=MappingProxyType(dict(dropped or {})),
+    )
+
+
+SECRET_CMDLINE = (
+    "python3", "serve.py", "--password=hunter2", "--token", "tok-123", "--db.password", "two words",
+    "AWS_SECRET_ACCESS_KEY=AKIAsecret", "api_key=k-42", "--dsn", "postgres://bob:pg-pass@db:5432/app",
+    "--model", "monkey", "--epochs=3",
+)
+
+
+def make_full_attribution() -> AttributionSnapshot:
+    """Attribution exercising every process/pod/attribution family, for the GPUs 0, 1, 2, 4 of a node
+    whose GPU 3 is lost (test_exporter_promtool's full node): a process on two GPUs with a secret-laden
+    command line, a MIG process, a host process, one unknown to /proc, an allocated idle GPU, a MIG
+    allocation, a source down and dropped rows. Render with ``options={"process": {"cmdline": True}}``
+    to get ``runtimekit_process_info`` too."""
+    idle = Owner(namespace="ml", pod="idle-0", container="main")
+    processes = (
+        make_process(4242, 0, host=make_facts(4242, cmdline=SECRET_CMDLINE)),
+        make_process(4242, 1, used_memory_bytes=1 * GiB),
+        make_process(5151, 2, gpu_instance_id=1, compute_instance_id=0, sm_utilization=NOT_SUPPORTED),
+        make_process(777, 4, host=make_facts(777, name="Xorg", owner=HOST)),
+        make_process(999, 4, host=None),
+    )
+    pods = (make_pod_usage(0), make_pod_usage(1, used_memory_bytes=1 * GiB))
+    allocations = (make_allocation(0), make_allocation(1), make_allocation(4, owner=idle),
+                   make_allocation(None, owner=idle, device_id="MIG-11111111-2222-3333-4444-555555555555"))
+    sources = {"kubelet": SourceStatus(True), "cri": SourceStatus(False, "unavailable"), "procfs": SourceStatus(True)}
+    return make_attribution(processes, pods, allocations, sources=sources, dropped={(0, uuid_for(0)): 5})

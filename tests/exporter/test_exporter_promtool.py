@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
 import shutil
-from pathlib import Path
 import subprocess
 
 from prometheus_client import generate_latest
@@ -49,11 +47,3 @@ def test_no_hostname_labels_anywhere():
     for family in registry.collect():
         for sample in family.samples:
             assert not {"hostname", "host", "instance", "node"} & set(sample.labels)
-
-
-def test_docs_table_lists_exactly_the_exported_families():
-    registry = build_registry(full_state(), timer=lambda: 0.0)
-    exported = set(re.findall(r"^# TYPE (\S+)", generate_latest(registry).decode(), re.M))
-    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
-    documented = set(re.findall(r"^\| `(runtimekit_[a-z0-9_]+)`", doc, re.M))
-    assert exported == documented

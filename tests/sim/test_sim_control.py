@@ -77,7 +77,9 @@ async def test_processes_routes(client, node):
     r = await client.post("/sim/v1/processes", json={"gpu": 2, "used_memory_bytes": 1 << 30, "name": "job"})
     pid = (await r.json())["pid"]
     procs = (await (await client.get("/sim/v1/processes")).json())["processes"]
-    assert {"pid": pid, "gpu": 2, "name": "job", "used_memory_bytes": 1 << 30} in procs
+    mine = next(p for p in procs if p["pid"] == pid)
+    assert {k: mine[k] for k in ("gpu", "name", "used_memory_bytes", "pod")} == {
+        "gpu": 2, "name": "job", "used_memory_bytes": 1 << 30, "pod": None}
     r = await client.delete("/sim/v1/processes", json={"pid": pid})
     assert (await r.json()) == {"removed": pid}
     r = await client.delete("/sim/v1/processes", json={"pid": pid})

@@ -1,0 +1,1 @@
+"""Generated protobuf / gRPC modules (scripts/gen-protos). Do not edit."""

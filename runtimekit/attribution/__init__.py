@@ -1,0 +1,1 @@
+"""Attribution: GPU processes to containers and pods (kubelet pod-resources, CRI, /proc cgroups)."""

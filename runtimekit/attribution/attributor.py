@@ -1,0 +1,209 @@
+"""The attributor: after each sampling cycle, says who every GPU process and device belongs to.
+
+Sources, each on its own cadence and never per scrape:
+
+- ``/proc`` (psutil): per GPU process its name, command line, CPU seconds, resident memory and
+  cgroup (→ container id, pod UID); static facts are cached per (pid, start time);
+- the CRI runtime (``ListContainers``): container id → pod name, namespace, container name;
+  listed again when an unknown container id shows up (at most once a second) and otherwise
+  every ``cri_refresh_seconds``;
+- the kubelet pod-resources API (``List``): which container holds which device, every
+  ``refresh_seconds`` (0: every sampling cycle, the default — one cheap call a second).
+
+What a source last answered is kept for ``cache_seconds`` when it goes down, then dropped; its
+``runtimekit_attribution_source_up`` turns 0 at the first failure and the log says why once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Awaitable, Callable, Generic, TypeVar
+
+from runtimekit.attribution.cri import ContainerInfo, CriClient
+from runtimekit.attribution.errors import SourceError
+from runtimekit.attribution.join import join_processes, resolve_allocations
+from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
+from runtimekit.attribution.procfs import ProcessInfo, ProcessReader
+from runtimekit.attribution.types import HOST, AttributionSnapshot, Owner, ProcessFacts, SourceStatus
+from runtimekit.gpu.types import NodeSnapshot
+from runtimekit.state import NodeState
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+UNKNOWN_RETRY_SECONDS = 1.0  # an unknown container id lists the runtime's containers at most this often
+
+
+@dataclass
+class _Health:
+    """A source's up/down status, logged on transitions only."""
+
+    name: str
+    status: SourceStatus | None = None  # None until first asked
+
+    def failed(self, error: str) -> None:
+        if self.status is None or self.status.up:
+            log.warning("attribution source %s is down: %s", self.name, error)
+        self.status = SourceStatus(False, error, self.status.last_success if self.status else None)
+
+    def succeeded(self, now: float, note: str = "") -> None:
+        if self.status is not None and not self.status.up:
+            log.info("attribution source %s is back", self.name)
+        self.status = SourceStatus(True, note, now)
+
+
+@dataclass
+class _Source(Generic[T]):
+    """One gRPC source: its last good answer, kept for ``cache_seconds`` after it goes down."""
+
+    health: _Health
+    cache_seconds: float
+    value: T | None = None
+    tried_at: float | None = None
+
+    async def refresh(self, fetch: Callable[[], Awaitable[T]], now: float) -> None:
+        self.tried_at = now
+        try:
+            value = await fetch()
+        except SourceError as error:
+            self.health.failed(str(error))
+            last = self.health.status.last_success if self.health.status else None
+            if last is None or now - last > self.cache_seconds:
+                self.value = None  # too old to trust: drop rather than show stale owners
+            return
+        self.value = value
+        self.health.succeeded(now)
+
+    def due(self, now: float, every: float) -> bool:
+        return self.tried_at is None or now - self.tried_at >= every
+
+
+class Attributor:
+    """Runs one attribution pass per published snapshot and publishes the result."""
+
+    def __init__(
+        self,
+        state: NodeState,
+        *,
+        kubelet: PodResourcesClient,
+        cri: CriClient,
+        proc: ProcessReader,
+        refresh_seconds: float = 0.0,
+        cri_refresh_seconds: float = 30.0,
+        cache_seconds: float = 30.0,
+        max_processes_per_gpu: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.kubelet_client = kubelet
+        self.cri_client = cri
+        self.proc = proc
+        self.refresh_seconds = refresh_seconds
+        self.cri_refresh_seconds = cri_refresh_seconds
+        self.max_processes_per_gpu = max_processes_per_gpu
+        self.clock = clock
+        self.kubelet: _Source[list[PodDevices]] = _Source(_Health("kubelet"), cache_seconds)
+        self.cri: _Source[dict[str, ContainerInfo]] = _Source(_Health("cri"), cache_seconds)
+        self.procfs = _Health("procfs")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-attribution")
+        self._dropped_total: dict[tuple[int, str], int] = {}
+        self._last_snapshot: NodeSnapshot | None = None
+
+    async def run(self) -> None:
+        """Attribute after every new snapshot until cancelled."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        unsubscribe = self.state.subscribe(lambda: loop.call_soon_threadsafe(wake.set))
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                snapshot = self.state.snapshot
+                if snapshot is None or snapshot is self._last_snapshot:
+                    continue  # woken by an XID or our own publication
+                self._last_snapshot = snapshot
+                await self.attribute(snapshot)
+        finally:
+            unsubscribe()
+
+    async def attribute(self, snapshot: NodeSnapshot) -> AttributionSnapshot:
+        """One pass: refresh the sources that are due, join, publish."""
+        now = self.clock()
+        if self.kubelet.due(now, self.refresh_seconds):
+            await self.kubelet.refresh(self.kubelet_client.list, now)
+        pids = sorted({process.pid for gpu in snapshot.gpus for process in gpu.processes})
+        infos = await asyncio.get_running_loop().run_in_executor(self.executor, self._read_procfs, pids)
+        await self._refresh_cri_if_needed(infos, now)
+        facts = {pid: self._facts(info) for pid, info in infos.items()}
+        processes, pods, dropped = join_processes(snapshot, facts, self.max_processes_per_gpu)
+        for key, count in dropped.items():
+            self._dropped_total[key] = self._dropped_total.get(key, 0) + count
+        attribution = AttributionSnapshot(
+            refreshed_at=now,
+            processes=processes,
+            pods=pods,
+            allocations=resolve_allocations(self._allocation_rows(), snapshot),
+            sources=MappingProxyType(
+                {h.name: h.status for h in (self.kubelet.health, self.cri.health, self.procfs) if h.status}
+            ),
+            dropped_total=MappingProxyType(dict(self._dropped_total)),
+        )
+        self.state.publish_attribution(attribution)
+        return attribution
+
+    def _read_procfs(self, pids: list[int]) -> dict[int, ProcessInfo]:
+        try:
+            infos = self.proc.read_many(pids)
+        except OSError as error:  # the /proc root itself is missing or unreadable
+            self.procfs.failed(str(error))
+            return {}
+        # NVML sees processes that /proc does not: the agent is not in the host PID namespace.
+        note = "no GPU process found under the /proc root" if pids and not infos else ""
+        self.procfs.succeeded(self.clock(), note)
+        return infos
+
+    async def _refresh_cri_if_needed(self, infos: dict[int, ProcessInfo], now: float) -> None:
+        known = self.cri.value or {}
+        unknown = any(i.cgroup.container_id and i.cgroup.container_id not in known for i in infos.values())
+        if self.cri.due(now, self.cri_refresh_seconds) or (unknown and self.cri.due(now, UNKNOWN_RETRY_SECONDS)):
+
+            async def fetch() -> dict[str, ContainerInfo]:
+                return {c.container_id: c for c in await self.cri_client.list_containers()}
+
+            await self.cri.refresh(fetch, now)
+
+    def _facts(self, info: ProcessInfo) -> ProcessFacts:
+        return ProcessFacts(info.pid, info.name, info.cmdline, info.cpu_seconds, info.rss_bytes, self._owner(info))
+
+    def _owner(self, info: ProcessInfo) -> Owner:
+        identity = info.cgroup
+        if not identity.container_id:
+            return HOST
+        container = (self.cri.value or {}).get(identity.container_id)
+        if container is None:  # the runtime is down or has not listed it yet: ids only
+            return Owner(pod_uid=identity.pod_uid or "", container_id=identity.container_id)
+        return Owner(
+            namespace=container.pod_namespace,
+            pod=container.pod_name,
+            container=container.container_name,
+            pod_uid=container.pod_uid or identity.pod_uid or "",
+            container_id=identity.container_id,
+        )
+
+    def _allocation_rows(self) -> list[tuple[Owner, str, str]]:
+        rows = []
+        for row in self.kubelet.value or []:
+            owner = Owner(namespace=row.namespace, pod=row.pod_name, container=row.container_name)
+            rows.extend((owner, row.resource_name, device_id) for device_id in row.device_ids)
+        return rows
+
+    async def close(self) -> None:
+        await self.kubelet_client.close()
+        await self.cri_client.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)

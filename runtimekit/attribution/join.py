@@ -1,0 +1,106 @@
+"""Pure joins: NVML's processes and the kubelet's devices with their owners.
+
+No I/O and no clock here: the attributor gathers the inputs, these functions combine them, and
+tests drive them with tables.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Mapping
+
+from runtimekit.attribution.types import (
+    HOST,
+    AttributedProcess,
+    DeviceAllocation,
+    Owner,
+    PodGpuUsage,
+    ProcessFacts,
+)
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+
+
+def gpu_uuid_of_device(device_id: str) -> str:
+    """The physical GPU UUID behind a device plugin's device id, or "" when it cannot be told.
+
+    ``GPU-…`` is a whole GPU; ``GPU-…::N`` a time-sliced replica of it (the NVIDIA device plugin's
+    sharing ids); a MIG device (``MIG-…``) needs NVML to find its parent, which is not done here.
+    """
+    base = device_id.split("::", 1)[0]
+    return base if base.startswith("GPU-") else ""
+
+
+def resolve_allocations(
+    rows: Iterable[tuple[Owner, str, str]], snapshot: NodeSnapshot | None
+) -> tuple[DeviceAllocation, ...]:
+    """(owner, resource name, device id) rows -> allocations with the GPU index where known."""
+    index_of = {gpu.uuid: gpu.index for gpu in snapshot.gpus} if snapshot else {}
+    allocations = []
+    for owner, resource_name, device_id in rows:
+        uuid = gpu_uuid_of_device(device_id)
+        allocations.append(DeviceAllocation(owner, resource_name, device_id, uuid, index_of.get(uuid)))
+    return tuple(sorted(allocations, key=lambda a: (a.owner.namespace, a.owner.pod, a.owner.container, a.device_id)))
+
+
+def _attributed(gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts]) -> list[AttributedProcess]:
+    rows = []
+    for process in gpu.processes:
+        host = facts.get(process.pid)
+        rows.append(
+            AttributedProcess(
+                gpu_index=gpu.index,
+                gpu_uuid=gpu.uuid,
+                pid=process.pid,
+                used_memory_bytes=process.used_memory_bytes,
+                sm_utilization=process.sm_utilization,
+                memory_utilization=process.memory_utilization,
+                encoder_utilization=process.encoder_utilization,
+                decoder_utilization=process.decoder_utilization,
+                gpu_instance_id=process.gpu_instance_id,
+                compute_instance_id=process.compute_instance_id,
+                host=host,
+                owner=host.owner if host else HOST,
+            )
+        )
+    # The biggest memory holders first: they are what the cap keeps.
+    rows.sort(key=lambda r: (-(r.used_memory_bytes if is_available(r.used_memory_bytes) else -1), r.pid))
+    return rows
+
+
+def join_processes(
+    snapshot: NodeSnapshot, facts: Mapping[int, ProcessFacts], cap_per_gpu: int
+) -> tuple[tuple[AttributedProcess, ...], tuple[PodGpuUsage, ...], dict[tuple[int, str], int]]:
+    """Attribute every GPU process; returns (capped process rows, per-container usage, dropped rows per GPU).
+
+    The cap keeps the ``cap_per_gpu`` processes holding the most memory on each GPU; the
+    per-container usage is summed over every process, capped or not.
+    """
+    kept: list[AttributedProcess] = []
+    dropped: dict[tuple[int, str], int] = {}
+    usage: dict[tuple[Owner, int], list[AttributedProcess]] = defaultdict(list)
+    for gpu in snapshot.gpus:
+        if gpu.lost:
+            continue
+        rows = _attributed(gpu, facts)
+        kept.extend(rows[:cap_per_gpu])
+        if len(rows) > cap_per_gpu:
+            dropped[(gpu.index, gpu.uuid)] = len(rows) - cap_per_gpu
+        for row in rows:
+            if row.owner.known:
+                usage[(row.owner, gpu.index)].append(row)
+    pods = []
+    for (owner, _), rows in usage.items():
+        memory = [r.used_memory_bytes for r in rows if is_available(r.used_memory_bytes)]
+        sm = [r.sm_utilization for r in rows if is_available(r.sm_utilization)]
+        pods.append(
+            PodGpuUsage(
+                owner=owner,
+                gpu_index=rows[0].gpu_index,
+                gpu_uuid=rows[0].gpu_uuid,
+                used_memory_bytes=sum(memory) if memory else rows[0].used_memory_bytes,
+                sm_utilization=min(1.0, sum(sm)) if sm else rows[0].sm_utilization,
+                processes=len(rows),
+            )
+        )
+    pods.sort(key=lambda p: (p.owner.namespace, p.owner.pod, p.owner.container, p.gpu_index))
+    return tuple(kept), tuple(pods), dropped

@@ -1,0 +1,117 @@
+"""What attribution publishes: who each GPU process and each allocated device belongs to.
+
+Immutable records, refreshed on the attribution's own cadence (never per scrape) and joined by
+the exporter with the sampler's ``NodeSnapshot`` (NVML's view: pids, memory, utilization).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from runtimekit.gpu.types import Reading
+
+SOURCES = ("kubelet", "cri", "procfs")  # kubelet pod-resources, the CRI runtime, /proc
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The Kubernetes owner of a container; empty strings where a source could not tell."""
+
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    pod_uid: str = ""
+    container_id: str = ""
+
+    @property
+    def known(self) -> bool:
+        return bool(self.pod)
+
+
+HOST = Owner()  # a process outside any Kubernetes container (or one no source could place)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFacts:
+    """A GPU process as the host sees it (psutil over ``/proc``), with its owner."""
+
+    pid: int
+    name: str
+    cmdline: tuple[str, ...]
+    cpu_seconds: float  # user + system since the process started
+    resident_bytes: int
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAllocation:
+    """One device the kubelet allocated to a container (pod-resources ``List``).
+
+    ``device_id`` is what the device plugin advertised: a GPU UUID, a MIG device UUID, or a
+    shared replica such as ``GPU-…::3`` (time-slicing); ``gpu_uuid`` is the physical GPU's UUID
+    derived from it, or "" for a MIG device whose parent is not known yet.
+    """
+
+    owner: Owner
+    resource_name: str
+    device_id: str
+    gpu_uuid: str
+    gpu_index: int | None  # None when the GPU is not on this node's snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class AttributedProcess:
+    """One process on one GPU: NVML's view joined with the host's and its owner.
+
+    ``host`` is None when /proc could not tell (the process ended, or no host PID namespace).
+    """
+
+    gpu_index: int
+    gpu_uuid: str
+    pid: int
+    used_memory_bytes: Reading[int]
+    sm_utilization: Reading[float]
+    memory_utilization: Reading[float]
+    encoder_utilization: Reading[float]
+    decoder_utilization: Reading[float]
+    gpu_instance_id: Reading[int]
+    compute_instance_id: Reading[int]
+    host: ProcessFacts | None
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True)
+class PodGpuUsage:
+    """What one container does on one GPU, summed over all its processes there (never capped)."""
+
+    owner: Owner
+    gpu_index: int
+    gpu_uuid: str
+    used_memory_bytes: Reading[int]  # Unavailable when NVML gave no process memory (e.g. some MIG setups)
+    sm_utilization: Reading[float]  # sum of its processes' SM ratios: its share of the GPU
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    up: bool
+    error: str = ""  # why the source is down, for the log and /api
+    last_success: float | None = None  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionSnapshot:
+    """One attribution pass, made after each sampling cycle.
+
+    ``processes`` is capped per GPU (``dropped_total`` counts, per GPU, the process rows the cap
+    has left out since the agent started); ``pods`` always covers every process.
+    """
+
+    refreshed_at: float  # unix seconds
+    processes: tuple[AttributedProcess, ...] = ()
+    pods: tuple[PodGpuUsage, ...] = ()
+    allocations: tuple[DeviceAllocation, ...] = ()
+    sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))
+    dropped_total: Mapping[tuple[int, str], int] = field(default_factory=lambda: MappingProxyType({}))
