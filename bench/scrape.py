@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Scrape benchmark: Runtime Kit's agent against nvitop-exporter on the same simulated node.
 
-Starts ``runtimekit serve --sim SCENARIO`` with N simulated GPU processes, then:
+Starts ``runtimekit serve --sim SCENARIO`` with N simulated GPU processes (in P simulated pods
+sharing the GPUs, with ``--pods``; attributed through the fake kubelet, CRI and /proc), then:
 
 1. idle phase (no scrapes, I seconds): the agent's CPU seconds per sampling cycle and its CPU
    use as a share of one core, from psutil's process CPU times and the agent's own
@@ -174,6 +175,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="dgx-h100")
     parser.add_argument("--processes", type=int, default=64, help="simulated GPU processes on the node")
+    parser.add_argument("--pods", type=int, default=0, help="simulated pods sharing the GPUs (run the processes)")
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent scrapers")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of scraping")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
@@ -189,7 +191,7 @@ async def main() -> None:
     ours = await run_one(
         "runtimekit",
         [python, "-m", "runtimekit.cli", "serve", "--sim", args.scenario, "--listen", f"127.0.0.1:{port}",
-         "--sim-processes", str(args.processes), "--interval", str(args.interval), "--log-level", "warning",
+         "--sim-processes", str(args.processes), "--sim-pods", str(args.pods), "--interval", str(args.interval), "--log-level", "warning",
          "--state-dir", str(ROOT / ".state" / "bench")],
         f"http://127.0.0.1:{port}/metrics",
         args,
@@ -198,6 +200,7 @@ async def main() -> None:
     result = {
         "scenario": args.scenario,
         "processes": args.processes,
+        "pods": args.pods,
         "concurrency": args.concurrency,
         "p50_ms": f"{ours.p50_ms:.2f}",
         "p99_ms": f"{ours.p99_ms:.2f}",

@@ -98,6 +98,10 @@ SCHEMA: dict[str, Key] = {
     ),
     "attribution.cri_socket": Key(str, "/run/containerd/containerd.sock", "the CRI runtime socket (containerd, CRI-O)"),
     "attribution.proc_root": Key(str, "/proc", "the host's /proc (mount it into the container; hostPID also works)"),
+    "attribution.process_refresh_seconds": Key(
+        (int, float), 5.0, "seconds between re-reads of a GPU process's CPU seconds and resident memory",
+        _between(0, 600),
+    ),
     "attribution.max_processes_per_gpu": Key(
         int, 256, "process-level series kept per GPU (the biggest memory holders)", _between(0, 100_000)
     ),
@@ -136,6 +140,7 @@ class Config:
     attribution_kubelet_socket: str
     attribution_cri_socket: str
     attribution_proc_root: str
+    attribution_process_refresh_seconds: float
     attribution_max_processes_per_gpu: int
     sim_scenario: str | None
     sim_seed: int | None

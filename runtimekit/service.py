@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -64,7 +65,7 @@ def _add_simulator(app: web.Application, config: Config) -> None:
     node = sim.SimulatedNode(sim.load_scenario(config.sim_scenario), seed=config.sim_seed, load=config.sim_load)
     node.set_pod_count(config.sim_pods)
     node.set_process_count(config.sim_processes)
-    root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-"))
+    root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-", dir=_memory_backed_tmp()))
     host = SimulatedHost(node, root)
     app[HOST_PATHS] = HostPaths(host.kubelet_socket, host.cri_socket, host.proc_root)
     add_control_routes(app, node, host)
@@ -86,6 +87,12 @@ def _add_simulator(app: web.Application, config: Config) -> None:
             shutil.rmtree(root, ignore_errors=True)
 
     app.cleanup_ctx.append(simulator_context)
+
+
+def _memory_backed_tmp() -> str | None:
+    """/dev/shm when writable (the simulated /proc is rewritten often: keep it off the disk)."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 async def _sampling_context(app: web.Application) -> AsyncIterator[None]:
@@ -149,6 +156,7 @@ async def _attribution_context(app: web.Application) -> AsyncIterator[None]:
         cri_refresh_seconds=config.attribution_cri_refresh_seconds,
         cache_seconds=config.attribution_cache_seconds,
         max_processes_per_gpu=config.attribution_max_processes_per_gpu,
+        process_refresh_seconds=config.attribution_process_refresh_seconds,
     )
     task = asyncio.create_task(attributor.run(), name="runtimekit-attributor")
     try:

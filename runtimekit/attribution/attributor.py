@@ -3,7 +3,9 @@
 Sources, each on its own cadence and never per scrape:
 
 - ``/proc`` (psutil): per GPU process its name, command line, CPU seconds, resident memory and
-  cgroup (→ container id, pod UID); static facts are cached per (pid, start time);
+  cgroup (→ container id, pod UID); a new process is read at once, CPU seconds and resident
+  memory of the others every ``process_refresh_seconds``; static facts are cached per (pid,
+  start time);
 - the CRI runtime (``ListContainers``): container id → pod name, namespace, container name;
   listed again when an unknown container id shows up (at most once a second) and otherwise
   every ``cri_refresh_seconds``;
@@ -98,6 +100,7 @@ class Attributor:
         cri_refresh_seconds: float = 30.0,
         cache_seconds: float = 30.0,
         max_processes_per_gpu: int = 256,
+        process_refresh_seconds: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
@@ -107,6 +110,7 @@ class Attributor:
         self.refresh_seconds = refresh_seconds
         self.cri_refresh_seconds = cri_refresh_seconds
         self.max_processes_per_gpu = max_processes_per_gpu
+        self.process_refresh_seconds = process_refresh_seconds
         self.clock = clock
         self.kubelet: _Source[list[PodDevices]] = _Source(_Health("kubelet"), cache_seconds)
         self.cri: _Source[dict[str, ContainerInfo]] = _Source(_Health("cri"), cache_seconds)
@@ -114,6 +118,9 @@ class Attributor:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-attribution")
         self._dropped_total: dict[tuple[int, str], int] = {}
         self._last_snapshot: NodeSnapshot | None = None
+        self._infos: dict[int, ProcessInfo] = {}
+        self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
+        self._infos_read_at = float("-inf")
 
     async def run(self) -> None:
         """Attribute after every new snapshot until cancelled."""
@@ -137,10 +144,10 @@ class Attributor:
         now = self.clock()
         if self.kubelet.due(now, self.refresh_seconds):
             await self.kubelet.refresh(self.kubelet_client.list, now)
-        pids = sorted({process.pid for gpu in snapshot.gpus for process in gpu.processes})
-        infos = await asyncio.get_running_loop().run_in_executor(self.executor, self._read_procfs, pids)
+        pids = {process.pid for gpu in snapshot.gpus for process in gpu.processes}
+        infos = await asyncio.get_running_loop().run_in_executor(self.executor, self._host_facts, pids, now)
         await self._refresh_cri_if_needed(infos, now)
-        facts = {pid: self._facts(info) for pid, info in infos.items()}
+        facts = self._all_facts(infos)
         processes, pods, dropped = join_processes(snapshot, facts, self.max_processes_per_gpu)
         for key, count in dropped.items():
             self._dropped_total[key] = self._dropped_total.get(key, 0) + count
@@ -156,6 +163,20 @@ class Attributor:
         )
         self.state.publish_attribution(attribution)
         return attribution
+
+    def _host_facts(self, pids: set[int], now: float) -> dict[int, ProcessInfo]:
+        """/proc facts of ``pids``: new processes are read at once, the others (CPU seconds,
+        resident memory) again every ``process_refresh_seconds``."""
+        if now - self._infos_read_at >= self.process_refresh_seconds:
+            infos = self._read_procfs(sorted(pids))
+            self._infos_read_at = now
+        else:
+            infos = {pid: info for pid, info in self._infos.items() if pid in pids}
+            new = sorted(pids - infos.keys())
+            if new:
+                infos.update(self._read_procfs(new))
+        self._infos = infos
+        return infos
 
     def _read_procfs(self, pids: list[int]) -> dict[int, ProcessInfo]:
         try:
@@ -177,6 +198,20 @@ class Attributor:
                 return {c.container_id: c for c in await self.cri_client.list_containers()}
 
             await self.cri.refresh(fetch, now)
+
+    def _all_facts(self, infos: dict[int, ProcessInfo]) -> dict[int, ProcessFacts]:
+        """ProcessFacts per pid, rebuilt only when its /proc reading or the runtime's list changed."""
+        cri_list = self.cri.value
+        previous = self._facts_cache
+        facts: dict[int, ProcessFacts] = {}
+        cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
+        for pid, info in infos.items():
+            hit = previous.get(pid)
+            fact = hit[2] if hit is not None and hit[0] is info and hit[1] is cri_list else self._facts(info)
+            facts[pid] = fact
+            cache[pid] = (info, cri_list, fact)
+        self._facts_cache = cache
+        return facts
 
     def _facts(self, info: ProcessInfo) -> ProcessFacts:
         return ProcessFacts(info.pid, info.name, info.cmdline, info.cpu_seconds, info.rss_bytes, self._owner(info))

@@ -401,20 +401,22 @@ class NodeReader:
         samples = self.session.call("nvmlDeviceGetProcessUtilization", handle, since_us)
         if isinstance(samples, Unavailable):
             return {} if samples.detail.endswith("NVML_ERROR_NOT_FOUND") else samples
-        newest: dict[int, Any] = {}
+        get = object.__getattribute__  # raw ctypes fields, past pynvml's str/bytes __getattribute__
+        newest: dict[int, tuple[int, tuple[float, ...]]] = {}
         for sample in samples:
-            if sample.pid not in newest or sample.timeStamp > newest[sample.pid].timeStamp:
-                newest[sample.pid] = sample
-        return {
-            pid: (s.smUtil / 100.0, s.memUtil / 100.0, s.encUtil / 100.0, s.decUtil / 100.0)
-            for pid, s in newest.items()
-        }
+            pid, stamp = get(sample, "pid"), get(sample, "timeStamp")
+            if pid not in newest or stamp > newest[pid][0]:
+                ratios = (get(sample, "smUtil") / 100.0, get(sample, "memUtil") / 100.0,
+                          get(sample, "encUtil") / 100.0, get(sample, "decUtil") / 100.0)
+                newest[pid] = (stamp, ratios)
+        return {pid: ratios for pid, (_, ratios) in newest.items()}
 
     def _read_processes(self, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
         """The GPU's processes, and the error of a listing that failed (None when both listed)."""
         processes: list[GpuProcess] = []
         failure: Unavailable | None = None
         utilization: dict[int, tuple[float, ...]] | Unavailable | None = None
+        seen: set[int] = set()
         for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
             found = self.session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
             if not is_available(found):
@@ -424,8 +426,9 @@ class NodeReader:
             if utilization is None and found:
                 utilization = self._read_process_utilization(handle, now)
             for process in found:
-                if any(p.pid == process.pid for p in processes):
+                if process.pid in seen:
                     continue  # a process with compute and graphics contexts is listed in both
+                seen.add(process.pid)
                 gi = getattr(process, "gpuInstanceId", NO_ID)
                 ci = getattr(process, "computeInstanceId", NO_ID)
                 memory = process.usedGpuMemory

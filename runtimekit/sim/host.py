@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 _CRI_SOCKETS = {"containerd": "run/containerd/containerd.sock", "cri-o": "run/crio/crio.sock",
                 "docker": "run/cri-dockerd.sock"}
-_CPU_REFRESH_SECONDS = 10.0  # CPU seconds in /proc/PID/stat are rewritten this often
+_CPU_REFRESH_SECONDS = 30.0  # CPU seconds in /proc/PID/stat are rewritten this often
 _JOB_CMDLINE = ("python", "-m", "torch.distributed.run", "train.py", "--config", "llama.yaml",
                 "--wandb-api-key=sim-secret-0123456789")
 _WORKER_CMDLINE = ("python", "worker.py", "--queue", "batch")

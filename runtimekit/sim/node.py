@@ -129,6 +129,10 @@ class SimulatedNode:
         self._churn = 0
         self._proc_gen = 0
         self._proc_cache: tuple[tuple, list[dict]] | None = None
+        self._by_gpu: dict[int, list[dict]] = {}
+        self._churn_slots: dict[int, tuple[int, int]] = {}
+        self._churn_rows: dict[int, dict] = {}  # slot -> its current process row (rebuilt on restart)
+        self._churn_rows_gen = -1
         # Called with the new process list whenever it changes (SimulatedHost keeps /proc in step).
         self.on_processes_changed: Callable[[list[dict]], None] | None = None
 
@@ -291,7 +295,7 @@ class SimulatedNode:
         g = self._gpus[gpu]
         m = g.spec.model
         total, reserved = m.memory_total_mib * MiB, m.memory_reserved_mib * MiB
-        used = sum(p["used_memory_bytes"] for p in self.processes() if p["gpu"] == gpu)
+        used = sum(p["used_memory_bytes"] for p in self.processes_on(gpu))
         leak = self._fault(g, "memory-leak")
         if leak:
             used += leak["bytes"]
@@ -510,18 +514,22 @@ class SimulatedNode:
         self._holders_cache = (self._proc_gen, holders)
         return holders
 
-    def _owner_fields(self, container: SimContainer | None) -> dict[str, Any]:
+    def _owner_fields(self, container: SimContainer | None, pod_of: dict[str, SimPod]) -> dict[str, Any]:
+        """A process row's owner columns; ``pod_of`` maps container id -> pod (see processes())."""
         if container is None:
-            return {"namespace": None, "pod": None, "pod_uid": None, "container": None, "container_id": None, "qos": None}
-        for pod in (*self._pods.values(), *self._generated_pods):
-            if container in pod.containers:
-                return {
-                    "namespace": pod.namespace, "pod": pod.name, "pod_uid": pod.uid, "container": container.name,
-                    "container_id": container.container_id, "qos": pod.qos_class,
-                }
-        raise KeyError(container.name)
+            return dict.fromkeys(("namespace", "pod", "pod_uid", "container", "container_id", "qos"))
+        pod = pod_of[container.container_id]
+        return {
+            "namespace": pod.namespace, "pod": pod.name, "pod_uid": pod.uid, "container": container.name,
+            "container_id": container.container_id, "qos": pod.qos_class,
+        }
 
     # ---- processes -------------------------------------------------------------------------
+    def processes_on(self, gpu: int) -> list[dict]:
+        """``processes()`` of one GPU (cached with it)."""
+        self.processes()
+        return self._by_gpu[gpu]
+
     def add_process(
         self,
         gpu: int,
@@ -571,12 +579,20 @@ class SimulatedNode:
 
     def set_process_count(self, count: int) -> None:
         """Background churn: ``count`` small processes spread round-robin over the GPUs; each
-        slot restarts with a new pid every 20-120 ticks (for benchmarks of attribution)."""
+        slot restarts with a new pid every 60-600 ticks (for benchmarks of attribution)."""
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 50_000:
             raise FaultError(f"count: got {count!r}; must be an integer in 0..50000")
         with self._lock:
             self._churn = count
             self._proc_gen += 1
+
+    def _churn_slot(self, i: int) -> tuple[int, int]:
+        """(lifetime, phase offset) in ticks of background slot ``i``: 1 to 10 minutes."""
+        slot = self._churn_slots.get(i)
+        if slot is None:
+            life = 60 + _load.mix(self.seed, i, 1) % 540
+            slot = self._churn_slots[i] = (life, _load.mix(self.seed, i, 2) % life)
+        return slot
 
     def processes(self) -> list[dict]:
         """Processes on the node now, by pid: {pid, gpu, name, used_memory_bytes} and their owner
@@ -592,8 +608,9 @@ class SimulatedNode:
             key = (tick, self._proc_gen)
             if self._proc_cache is not None and self._proc_cache[0] == key:
                 return self._proc_cache[1]
+            pod_of = {c.container_id: p for p in (*self._pods.values(), *self._generated_pods) for c in p.containers}
             out = [
-                {"pid": pid, "gpu": gpu, "name": name, "used_memory_bytes": b, **self._owner_fields(owner)}
+                {"pid": pid, "gpu": gpu, "name": name, "used_memory_bytes": b, **self._owner_fields(owner, pod_of)}
                 for pid, (gpu, name, b, owner) in self._manual.items()
             ]
             n = len(self._gpus)
@@ -607,19 +624,27 @@ class SimulatedNode:
                     size = int((m.memory_total_mib - m.memory_reserved_mib) * frac) * MiB
                     pid = 10_000 + (_load.mix(self.seed, s.cycle) % 100_000) * 10 + g.spec.index
                     out.append({"pid": pid, "gpu": g.spec.index, "name": "python", "used_memory_bytes": size,
-                                **self._owner_fields(holder)})
+                                **self._owner_fields(holder, pod_of)})
             generated = self._generated_pods
+            if self._churn_rows_gen != self._proc_gen:
+                self._churn_rows, self._churn_rows_gen = {}, self._proc_gen
             for i in range(self._churn):
-                life = 20 + _load.mix(self.seed, i, 1) % 100
-                epoch = (tick + _load.mix(self.seed, i, 2) % life) // life
-                pid = _CHURN_PID_BASE + i * 50 + epoch % 50
-                pod = generated[i % len(generated)] if generated else None
-                gpu = (i % len(generated)) % n if generated else i % n
-                container = pod.containers[0] if pod else None
-                out.append({"pid": pid, "gpu": gpu, "name": "worker", "used_memory_bytes": 64 * MiB,
-                            **self._owner_fields(container)})
+                life, offset = self._churn_slot(i)
+                pid = _CHURN_PID_BASE + i * 50 + (tick + offset) // life % 50
+                row = self._churn_rows.get(i)
+                if row is None or row["pid"] != pid:  # the slot restarted: a new process
+                    pod = generated[i % len(generated)] if generated else None
+                    gpu = (i % len(generated)) % n if generated else i % n
+                    container = pod.containers[0] if pod else None
+                    row = {"pid": pid, "gpu": gpu, "name": "worker", "used_memory_bytes": 64 * MiB,
+                           **self._owner_fields(container, pod_of)}
+                    self._churn_rows[i] = row
+                out.append(row)
             out.sort(key=lambda p: p["pid"])
             self._proc_cache = (key, out)
+            self._by_gpu = {g.spec.index: [] for g in self._gpus}
+            for process in out:
+                self._by_gpu[process["gpu"]].append(process)
         hook = self.on_processes_changed
         if hook is not None:
             hook(out)  # e.g. the fixture /proc, updated before NVML can show the new list

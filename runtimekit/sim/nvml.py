@@ -378,7 +378,7 @@ class FakeNvmlLibrary:
     @_device
     def nvmlDeviceGetBAR1MemoryInfo(self, gpu: int, ref: Any) -> int:
         total = self._model(gpu).bar1_total_mib * MiB
-        used = (2 + 2 * sum(1 for p in self.node.processes() if p["gpu"] == gpu)) * MiB
+        used = (2 + 2 * len(self.node.processes_on(gpu))) * MiB
         b = _obj(ref)
         b.bar1Total, b.bar1Used, b.bar1Free = total, used, total - used
         return SUCCESS
@@ -683,10 +683,14 @@ class FakeNvmlLibrary:
             138: (_ULL, lambda l: int(c.nvlink_tx_kib[l])),  # NVLINK_THROUGHPUT_DATA_TX, KiB
             139: (_ULL, lambda l: int(c.nvlink_rx_kib[l])),  # NVLINK_THROUGHPUT_DATA_RX, KiB
         }
+        # pynvml's structs override attribute access in Python (str <-> bytes); the plain object
+        # accessors reach the ctypes fields directly, which matters at ~900 fields per cycle.
+        get, put = object.__getattribute__, object.__setattr__
         for i in range(_v(count)):
             fv = values[i]
-            fid, scope = fv.fieldId, fv.scopeId
-            fv.timestamp, fv.latencyUsec, fv.nvmlReturn = ts, 0, SUCCESS
+            fid, scope = get(fv, "fieldId"), get(fv, "scopeId")
+            put(fv, "timestamp", ts)
+            put(fv, "nvmlReturn", SUCCESS)
             if fid == 82:  # MEMORY_TEMP, C
                 vt, val = _UINT, s.temp_mem
             elif fid == 197:  # PCIE_COUNT_TX_BYTES
@@ -697,17 +701,14 @@ class FakeNvmlLibrary:
                 vt, val = _UINT, links
             elif fid in per_link:
                 if not 0 <= scope < links:
-                    fv.nvmlReturn = INVALID_ARGUMENT
+                    put(fv, "nvmlReturn", INVALID_ARGUMENT)
                     continue
                 vt, val = per_link[fid][0], per_link[fid][1](scope)
             else:
-                fv.nvmlReturn = NOT_SUPPORTED
+                put(fv, "nvmlReturn", NOT_SUPPORTED)
                 continue
-            fv.valueType = vt
-            if vt == _UINT:
-                fv.value.uiVal = val
-            else:
-                fv.value.ullVal = val
+            put(fv, "valueType", vt)
+            put(get(fv, "value"), "uiVal" if vt == _UINT else "ullVal", val)
         return SUCCESS
 
     # ---- processes -----------------------------------------------------------------------------
@@ -717,18 +718,21 @@ class FakeNvmlLibrary:
         if array is None or count.value < n:
             count.value = n
             return INSUFFICIENT_SIZE if n else SUCCESS
+        put = object.__setattr__  # past pynvml's Python-level str/bytes __setattr__ (hot with many processes)
+        has_instances = n and hasattr(array[0], "gpuInstanceId")
         for i, p in enumerate(procs):
             e = array[i]
-            e.pid, e.usedGpuMemory = p["pid"], p["used_memory_bytes"]
-            for attr in ("gpuInstanceId", "computeInstanceId"):
-                if hasattr(e, attr):
-                    setattr(e, attr, _NO_ID)
+            put(e, "pid", p["pid"])
+            put(e, "usedGpuMemory", p["used_memory_bytes"])
+            if has_instances:
+                put(e, "gpuInstanceId", _NO_ID)
+                put(e, "computeInstanceId", _NO_ID)
         count.value = n
         return SUCCESS
 
     @_device
     def nvmlDeviceGetComputeRunningProcesses_v3(self, gpu: int, count: Any, array: Any) -> int:
-        procs = [p for p in self.node.processes() if p["gpu"] == gpu]
+        procs = self.node.processes_on(gpu)
         return self._fill_processes(gpu, count, array, procs)
 
     nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses_v3
@@ -742,10 +746,11 @@ class FakeNvmlLibrary:
 
     @_device
     def nvmlDeviceGetProcessUtilization(self, gpu: int, samples: Any, count_ref: Any, last_seen: Any) -> int:
-        """One sample per process for the current tick (SM and memory util split evenly)."""
+        """One sample per process for the current tick: the GPU's SM and memory utilization
+        shared out in proportion to the processes' memory (the big job does most of the work)."""
         t = self.node.now()
         s = self.node.sample(gpu)
-        procs = [p for p in self.node.processes() if p["gpu"] == gpu]
+        procs = self.node.processes_on(gpu)
         stamp = int(self.node.epoch((t // self.node.tick_s) * self.node.tick_s) * 1e6)
         if not procs or stamp <= _v(last_seen):
             return NOT_FOUND
@@ -753,11 +758,16 @@ class FakeNvmlLibrary:
         if samples is None or count.value < len(procs):
             count.value = len(procs)
             return INSUFFICIENT_SIZE
+        put = object.__setattr__
+        total = sum(p["used_memory_bytes"] for p in procs) or 1
         for i, p in enumerate(procs):
-            e = samples[i]
-            e.pid, e.timeStamp = p["pid"], stamp
-            e.smUtil, e.memUtil = s.util_gpu // len(procs), s.util_mem // len(procs)
-            e.encUtil = e.decUtil = 0
+            e, share = samples[i], p["used_memory_bytes"] / total
+            put(e, "pid", p["pid"])
+            put(e, "timeStamp", stamp)
+            put(e, "smUtil", int(s.util_gpu * share))
+            put(e, "memUtil", int(s.util_mem * share))
+            put(e, "encUtil", 0)
+            put(e, "decUtil", 0)
         count.value = len(procs)
         return SUCCESS
 
