@@ -9,7 +9,11 @@ sharing the GPUs, with ``--pods``; attributed through the fake kubelet, CRI and 
    ``runtimekit_samples_total``;
 2. scrape phase (C concurrent clients, D seconds, each asking as Prometheus does: OpenMetrics
    preferred, gzip): p50/p99 scrape latency, bytes per scrape (plain and gzip), and the CPU share
-   while scraped.
+   while scraped — most of these scrapes are served from the exposition cache;
+3. periodic phase: one scrape per sampling interval, so each is the first to see a new sample
+   (the pattern of a Prometheus scrape loop): its median and maximum. The agent learns the period
+   and renders ahead of the expected scrape; the first scrape (no period known yet) pays the
+   render, and is the maximum.
 
 It then runs PyPI's nvitop-exporter on a simulated node of the same scenario (installed below
 pynvml in that process, ``bench/nvitop_on_sim.py``) and measures it the same way, so the two
@@ -51,6 +55,8 @@ class Figures:
     p50_ms: float
     p99_ms: float
     scrapes: int
+    periodic_p50_ms: float  # a scrape that is the first to see a new sample: it pays the render
+    periodic_max_ms: float
     bytes_plain: int
     bytes_gzip: int
 
@@ -90,7 +96,20 @@ async def samples_total(session: aiohttp.ClientSession, url: str) -> float | Non
     return float(match.group(1)) if match else None
 
 
-async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle: float) -> Figures:
+async def periodic_scrapes(session: aiohttp.ClientSession, url: str, count: int, interval: float) -> list[float]:
+    """Scrape once per sampling interval (as Prometheus does): each scrape sees a new sample."""
+    latencies = []
+    for _ in range(count):
+        await asyncio.sleep(interval * 1.05)
+        started = time.perf_counter()
+        async with session.get(url, headers=PROMETHEUS) as response:
+            await response.read()
+        latencies.append(time.perf_counter() - started)
+    return sorted(latencies)
+
+
+async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle: float, periodic: int,
+                  interval: float) -> Figures:
     process = psutil.Process(pid)
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         await asyncio.sleep(2.0)  # let start-up work settle
@@ -120,6 +139,7 @@ async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle
         cpu_before, wall_before = cpu_seconds(process), time.monotonic()
         await asyncio.gather(*(client() for _ in range(concurrency)))
         cpu_scraped, wall_scraped = cpu_seconds(process) - cpu_before, time.monotonic() - wall_before
+        periodic_latencies = await periodic_scrapes(session, url, periodic, interval)
 
     latencies.sort()
     return Figures(
@@ -129,6 +149,8 @@ async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle
         p50_ms=statistics.median(latencies) * 1000,
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         scrapes=len(latencies),
+        periodic_p50_ms=statistics.median(periodic_latencies) * 1000,
+        periodic_max_ms=periodic_latencies[-1] * 1000,
         bytes_plain=plain,
         bytes_gzip=packed,
     )
@@ -152,7 +174,8 @@ async def run_one(name: str, command: list[str], url: str, args: argparse.Namesp
     process = start(command)
     try:
         await wait_ready(url)
-        return await measure(url, process.pid, concurrency=args.concurrency, duration=args.duration, idle=args.idle)
+        return await measure(url, process.pid, concurrency=args.concurrency, duration=args.duration, idle=args.idle,
+                             periodic=args.periodic, interval=args.interval)
     except Exception:
         stop(process)
         sys.stderr.write(f"{name} failed; its stderr:\n{process.stderr.read()[-4000:]}\n")
@@ -167,6 +190,7 @@ def show(name: str, figures: Figures) -> None:
         f"  ({figures.cpu_per_cycle_seconds * 1000:7.2f} ms/cycle)"
         f"  scraped CPU {figures.cpu_scraped_ratio * 100:6.1f}%"
         f"  p50 {figures.p50_ms:6.2f} ms  p99 {figures.p99_ms:6.2f} ms  ({figures.scrapes} scrapes)"
+        f"  periodic p50 {figures.periodic_p50_ms:6.2f} ms  max {figures.periodic_max_ms:6.2f} ms"
         f"  {figures.bytes_plain} B/scrape ({figures.bytes_gzip} B gzip)"
     )
 
@@ -180,11 +204,12 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of scraping")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
     parser.add_argument("--interval", type=float, default=1.0, help="sampling interval of both agents")
+    parser.add_argument("--periodic", type=int, default=20, help="scrapes one sampling interval apart")
     parser.add_argument("--no-nvitop", action="store_true", help="measure Runtime Kit only")
     parser.add_argument("--quick", action="store_true", help="short phases: finishes in under 30 s")
     args = parser.parse_args()
     if args.quick:
-        args.duration, args.idle = 3.0, 4.0
+        args.duration, args.idle, args.periodic = 3.0, 4.0, 3
 
     python = sys.executable
     port = free_port()
@@ -204,6 +229,8 @@ async def main() -> None:
         "concurrency": args.concurrency,
         "p50_ms": f"{ours.p50_ms:.2f}",
         "p99_ms": f"{ours.p99_ms:.2f}",
+        "periodic_p50_ms": f"{ours.periodic_p50_ms:.2f}",
+        "periodic_max_ms": f"{ours.periodic_max_ms:.2f}",
         "bytes_per_scrape": ours.bytes_plain,
         "bytes_per_scrape_gzip": ours.bytes_gzip,
         "cpu_idle_pct": f"{ours.cpu_idle_ratio * 100:.2f}",
@@ -224,6 +251,7 @@ async def main() -> None:
         result.update(
             nvitop_p50_ms=f"{theirs.p50_ms:.2f}",
             nvitop_p99_ms=f"{theirs.p99_ms:.2f}",
+            nvitop_periodic_p50_ms=f"{theirs.periodic_p50_ms:.2f}",
             nvitop_cpu_idle_pct=f"{theirs.cpu_idle_ratio * 100:.2f}",
             nvitop_bytes_per_scrape=theirs.bytes_plain,
             cpu_ratio_vs_nvitop=f"{ours.cpu_idle_ratio / theirs.cpu_idle_ratio:.3f}",

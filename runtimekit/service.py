@@ -49,11 +49,21 @@ def build_app(config: Config) -> web.Application:
         _add_simulator(app, config)
     app.cleanup_ctx.append(_sampling_context)
     app.cleanup_ctx.append(_attribution_context)
-    add_exporter_routes(app, ExpositionCache(app[STATE], build_registry(app[STATE], config.exporter_collectors)))
+    registry = build_registry(app[STATE], config.exporter_collectors, options={"process": _process_options(config)})
+    cache = ExpositionCache(app[STATE], registry, sample_interval_seconds=config.sampling_interval_seconds)
+    add_exporter_routes(app, cache)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/", _landing)
     return app
+
+
+def _process_options(config: Config) -> dict[str, object]:
+    """The process collector's options from the configuration (command line opt-in, redaction)."""
+    options: dict[str, object] = {"cmdline": config.exporter_process_cmdline}
+    if config.exporter_cmdline_redact is not None:
+        options["cmdline_redact"] = config.exporter_cmdline_redact
+    return options
 
 
 def _add_simulator(app: web.Application, config: Config) -> None:

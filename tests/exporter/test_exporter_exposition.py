@@ -122,3 +122,40 @@ async def test_unknown_format_rejected():
     cache = ExpositionCache(state, CollectorRegistry())
     with pytest.raises(ValueError, match="openmetrics"):
         await cache.render("json")  # type: ignore[arg-type]
+
+
+def test_forecast_expects_a_periodic_scraper_before_the_next_sample():
+    from exporter.exposition import ScrapeForecast
+
+    forecast = ScrapeForecast(sample_interval_seconds=1.0)
+    forecast.scraped("openmetrics", True, 100.0)
+    assert forecast.due(100.5) == []  # one scrape: no period known yet
+    forecast.scraped("openmetrics", True, 115.0)  # every 15 s: next at 130
+    assert forecast.due(120.0) == []  # the next sample comes before 130: too early
+    assert forecast.due(129.3) == [("openmetrics", True)]  # the last sample before 130
+    assert forecast.due(131.0) == [("openmetrics", True)]  # late: still expected, keep it ready
+    assert forecast.due(140.0) == []  # past half a period: it skipped 130, the next is 145
+    assert forecast.due(159.5) == [("openmetrics", True)]  # skipped scrapes keep the phase (145, 160)
+    forecast.scraped("text", False, 10.0)
+    forecast.scraped("text", False, 2000.0)  # too far apart to be a period
+    assert ("text", False) not in forecast.due(2000.5)
+
+
+async def test_a_periodic_scrape_is_rendered_before_it_arrives():
+    import asyncio
+
+    from exporter import ExpositionCache, build_registry
+    from exporter_factories import make_gpu, make_snapshot, make_state
+    from runtimekit.state import SamplerStats
+
+    state = make_state(make_snapshot((make_gpu(0),)))
+    cache = ExpositionCache(state, build_registry(state), sample_interval_seconds=0.5)
+    await cache.render("text")
+    await asyncio.sleep(0.3)
+    await cache.render("text")  # a scraper every 0.3 s: faster than the samples
+    renders = cache.renders
+    state.publish_snapshot(make_snapshot((make_gpu(0),)), SamplerStats(cycles_total=2))
+    await asyncio.sleep(0.25)  # settle (0.1 s) and render
+    assert cache.prerenders == 1 and cache.renders == renders + 1
+    await cache.render("text")  # served from the cache: no new render
+    assert cache.renders == renders + 1
