@@ -68,3 +68,16 @@ def test_flag_values_are_validated_too():
 
 def test_ipv6_listen_address():
     assert config.parse_listen("[::1]:9445") == ("::1", 9445)
+
+
+def test_the_example_file_names_every_key_with_its_default():
+    from pathlib import Path
+
+    import yaml
+
+    example = Path(__file__).parents[2] / "deploy" / "runtimekit.example.yaml"
+    cfg = config.load(example)
+    flat = config._flatten(yaml.safe_load(example.read_text()))
+    assert set(flat) == set(config.SCHEMA), "the example and the schema list different keys"
+    for key, spec in config.SCHEMA.items():
+        assert getattr(cfg, key.replace(".", "_")) == spec.default, key
