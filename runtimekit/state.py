@@ -11,12 +11,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 
+if TYPE_CHECKING:  # healthcheck depends on runtimekit, never the other way at run time
+    from healthcheck.types import NodeHealth
+
 XidKey = tuple[int, str, int]  # (gpu index, gpu uuid, xid code)
+XID_LOG_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,9 @@ class NodeState:
     snapshot: NodeSnapshot | None = None
     sampler: SamplerStats = field(default_factory=SamplerStats)
     attribution: AttributionSnapshot | None = None
+    health: NodeHealth | None = None  # the health checker's verdict; None until its first evaluation
+    xid_log: tuple[tuple[int, XidEvent], ...] = ()  # the last XID_LOG_SIZE (sequence, event)
+    xid_sequence: int = 0
     xid_counts: Mapping[XidKey, int] = field(default_factory=lambda: MappingProxyType({}))
     version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -57,12 +64,26 @@ class NodeState:
         self._notify()
 
     def record_xid(self, event: XidEvent) -> None:
-        """Count one XID event (called from the event thread). Counts only ever grow."""
+        """Count one XID event and keep it in the recent log (called from the event thread).
+        Counts only ever grow."""
         key = (event.gpu_index, event.uuid, event.xid)
         with self._lock:
             counts = dict(self.xid_counts)
             counts[key] = counts.get(key, 0) + 1
             self.xid_counts = MappingProxyType(counts)
+            self.xid_sequence += 1
+            self.xid_log = (*self.xid_log[-(XID_LOG_SIZE - 1):], (self.xid_sequence, event))
+            self.version += 1
+        self._notify()
+
+    def xids_after(self, sequence: int) -> tuple[tuple[int, XidEvent], ...]:
+        """(sequence, event) of the XIDs recorded after ``sequence``, oldest first."""
+        return tuple(entry for entry in self.xid_log if entry[0] > sequence)
+
+    def publish_health(self, health: NodeHealth) -> None:
+        """Publish the health verdict (called from the health checker)."""
+        with self._lock:
+            self.health = health
             self.version += 1
         self._notify()
 
