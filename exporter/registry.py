@@ -20,6 +20,7 @@ from exporter.collectors._common import Clock, Collector
 from exporter.collectors.attribution import AttributionCollector
 from exporter.collectors.clocks import ClocksCollector
 from exporter.collectors.ecc import EccCollector
+from exporter.collectors.health import HealthCollector
 from exporter.collectors.info import InfoCollector
 from exporter.collectors.memory import MemoryCollector
 from exporter.collectors.modes import ModesCollector
@@ -64,6 +65,7 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
     "process": CollectorSpec(ProcessCollector, True, "GPU processes with their pod: GPU memory and busy ratios, CPU and resident memory, opt-in command line"),
     "pod": CollectorSpec(PodCollector, True, "per-container GPU memory, SM share and process count; devices allocated by the kubelet"),
     "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and attribution age"),
+    "health": CollectorSpec(HealthCollector, True, "health verdict per GPU and node, active faults, fault events and state transitions"),
 }
 
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)

@@ -101,6 +101,12 @@ class ActiveFault:
     first_seen: float
     last_seen: float
     gpu_instance_id: int | None = None
+    clean_samples: int = 0  # consecutive sampled evaluations without the signal (CLEARS_WHEN_CLEAN)
+
+    @property
+    def current(self) -> bool:
+        """The signal is there now (or the fault is sticky): the fault sets the GPU's state."""
+        return self.clean_samples == 0 or self.clears != CLEARS_WHEN_CLEAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +135,4 @@ class NodeHealth:
     transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, from, to)
     fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, fault, severity)
     detector_seconds: float = 0.0  # CPU the last evaluation took
+    faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)

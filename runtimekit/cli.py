@@ -118,6 +118,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         from exporter import enabled_collectors
 
         enabled_collectors(config.exporter_collectors)
+        if config.health_enabled:
+            from healthcheck.thresholds import load_thresholds
+
+            load_thresholds(config.health_thresholds)  # a bad thresholds file is a usage error too
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE

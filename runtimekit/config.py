@@ -105,6 +105,25 @@ SCHEMA: dict[str, Key] = {
     "attribution.max_processes_per_gpu": Key(
         int, 256, "process-level series kept per GPU (the biggest memory holders)", _between(0, 100_000)
     ),
+    "health.enabled": Key(bool, True, "run the health checker (GET /api/v1/health, runtimekit_gpu_health)"),
+    "health.clean_samples_to_clear": Key(
+        (int, type(None)), None,
+        "consecutive samples without its signal before a recoverable fault clears (None: the thresholds' "
+        "machine.clean_samples, 3)", _between(1, 10_000),
+    ),
+    "health.evaluation_timeout_seconds": Key(
+        (int, float), 2.0, "a health evaluation running longer is a failed check (node suspect)", _between(0.05, 60)
+    ),
+    "health.expected_gpus": Key(
+        (int, type(None)), None, "GPUs the node must have (None: the most ever seen, remembered in state_dir)",
+        _between(0, 1024),
+    ),
+    "health.thresholds": Key(
+        (str, type(None)), None, "the detectors' thresholds YAML file (None: the built-in healthcheck/thresholds)"
+    ),
+    "health.boot_id_path": Key(
+        str, "/proc/sys/kernel/random/boot_id", "the node's boot id; a change means a reboot (clears sticky faults)"
+    ),
     "sim.scenario": Key((str, type(None)), None, "run on the simulated node of this scenario (name or YAML path)"),
     "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
     "sim.load": Key(
@@ -142,6 +161,12 @@ class Config:
     attribution_proc_root: str
     attribution_process_refresh_seconds: float
     attribution_max_processes_per_gpu: int
+    health_enabled: bool
+    health_clean_samples_to_clear: int | None
+    health_evaluation_timeout_seconds: float
+    health_expected_gpus: int | None
+    health_thresholds: str | None
+    health_boot_id_path: str
     sim_scenario: str | None
     sim_seed: int | None
     sim_load: str | None

@@ -40,6 +40,7 @@ SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s promised
 def build_app(config: Config) -> web.Application:
     """The agent as an aiohttp application; nothing starts until the app does."""
     from exporter import ExpositionCache, add_exporter_routes, build_registry
+    from healthcheck.api import add_health_routes
 
     app = web.Application()
     app[CONFIG] = config
@@ -49,9 +50,11 @@ def build_app(config: Config) -> web.Application:
         _add_simulator(app, config)
     app.cleanup_ctx.append(_sampling_context)
     app.cleanup_ctx.append(_attribution_context)
+    app.cleanup_ctx.append(_health_context)
     registry = build_registry(app[STATE], config.exporter_collectors, options={"process": _process_options(config)})
     cache = ExpositionCache(app[STATE], registry, sample_interval_seconds=config.sampling_interval_seconds)
     add_exporter_routes(app, cache)
+    add_health_routes(app, app[STATE])
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/", _landing)
@@ -178,6 +181,42 @@ async def _attribution_context(app: web.Application) -> AsyncIterator[None]:
         await attributor.close()
 
 
+async def _health_context(app: web.Application) -> AsyncIterator[None]:
+    """The health checker task: detectors on every sample and XID, the state machine, the store.
+
+    The detectors and their thresholds are imported here, at start-up, so that a bad thresholds
+    file stops the agent before it serves (like any configuration error)."""
+    config = app[CONFIG]
+    if not config.health_enabled:
+        log.info("health checker disabled (health.enabled: false)")
+        yield
+        return
+    from healthcheck.checker import HealthChecker
+    from healthcheck.detectors import run_detectors
+    from healthcheck.store import HealthStore
+    from healthcheck.thresholds import load_thresholds
+
+    thresholds = load_thresholds(config.health_thresholds)
+    checker = HealthChecker(
+        app[STATE],
+        run_detectors,
+        thresholds=thresholds,
+        store=HealthStore(config.state_dir, boot_id_path=config.health_boot_id_path),
+        clean_samples=config.health_clean_samples_to_clear or thresholds["machine"]["clean_samples"],
+        timeout_seconds=config.health_evaluation_timeout_seconds,
+        expected_gpus=config.health_expected_gpus,
+    )
+    await checker.load()
+    task = asyncio.create_task(checker.run(), name="runtimekit-health")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        await asyncio.get_running_loop().run_in_executor(None, checker.close)
+
+
 async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
@@ -206,6 +245,7 @@ async def _landing(request: web.Request) -> web.Response:
 <li><a href="/metrics">/metrics</a> — Prometheus metrics</li>
 <li><a href="/healthz">/healthz</a> — alive</li>
 <li><a href="/readyz">/readyz</a> — ready once the first snapshot exists</li>
+<li><a href="/api/v1/health">/api/v1/health</a> — health verdict per GPU, active faults, affected pods</li>
 </ul></body></html>
 """
     return web.Response(text=body, content_type="text/html")

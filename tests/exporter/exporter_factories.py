@@ -240,3 +240,32 @@ def make_full_attribution() -> AttributionSnapshot:
                    make_allocation(None, owner=idle, device_id="MIG-11111111-2222-3333-4444-555555555555"))
     sources = {"kubelet": SourceStatus(True), "cri": SourceStatus(False, "unavailable"), "procfs": SourceStatus(True)}
     return make_attribution(processes, pods, allocations, sources=sources, dropped={(0, uuid_for(0)): 5})
+
+
+# --- health (health collector) -------------------------------------------------------------------
+
+EVALUATED_AT = SAMPLED_AT + 0.2
+
+
+def make_health(**overrides: Any):
+    """A verdict exercising every health family: GPU 0 healthy, GPU 1 unhealthy with a sticky XID 79
+    and a clearing warning, a node-level fault, counters."""
+    from healthcheck.types import ActiveFault, GpuHealth, NodeHealth
+
+    xid79 = ActiveFault("xid_79", "critical", "reboot_node", "XID 79 at 22:13:20 UTC", "node_reboot",
+                        first_seen=EVALUATED_AT - 60, last_seen=EVALUATED_AT - 60)
+    thermal = ActiveFault("thermal_slowdown", "warning", "none", "HW slowdown 0x40", "clean_samples",
+                          first_seen=EVALUATED_AT - 30, last_seen=EVALUATED_AT - 1, clean_samples=1)
+    fields: dict[str, Any] = dict(
+        evaluated_at=EVALUATED_AT, state="unhealthy", action="reboot_node",
+        gpus=(GpuHealth(0, uuid_for(0), "healthy", since=EVALUATED_AT - 300),
+              GpuHealth(1, uuid_for(1), "unhealthy", (xid79, thermal), since=EVALUATED_AT - 60, action="reboot_node")),
+        transitions_total={(uuid_for(1), "healthy", "unhealthy"): 1},
+        fault_events_total={(uuid_for(1), "xid_79", "critical"): 1, (uuid_for(1), "thermal_slowdown", "warning"): 2,
+                            ("", "gpu_count_low", "critical"): 1},
+        detector_seconds=0.0015,
+        faults=(ActiveFault("gpu_count_low", "critical", "reboot_node", "7 of 8 expected GPUs", "node_reboot",
+                            first_seen=EVALUATED_AT - 60, last_seen=EVALUATED_AT),),
+    )
+    fields.update(overrides)
+    return NodeHealth(**fields)

@@ -28,6 +28,7 @@ from exporter_factories import (
     make_facts,
     make_full_attribution,
     make_gpu,
+    make_health,
     make_lost_gpu,
     make_pod_usage,
     make_process,
@@ -328,6 +329,7 @@ def full_state():
     gpus = (make_gpu(0), make_gpu(1, link_count=18), pre_ampere, make_lost_gpu(3), pcie_card)
     state = make_state(make_snapshot(gpus), xids={(0, uuid_for(0), 48): 1, (3, uuid_for(3), 79): 2})
     state.publish_attribution(make_full_attribution())
+    state.publish_health(make_health())  # the health families, so the docs table can be checked in full
     return state
 
 

@@ -1,0 +1,105 @@
+"""The health checker's verdict (``NodeState.health``) as metric families.
+
+Health states are exported the Prometheus way for enums, like the compute mode: one series per
+state, 1 for the current one and 0 for the others. ``runtimekit_gpu_health{state="unhealthy"} == 1``
+reads plainly and alerts directly; a numeric code would need a lookup table in every query and
+would suggest an order (is "recovering" better or worse than "suspect"?) that comparisons with
+``>`` would then silently rely on. The label set is fixed (4 states) and small.
+
+Active faults are a 0/1 gauge present only while the fault is held (a cleared fault leaves the
+exposition); fault events and state transitions are counters — "how often", never a last value
+(gpu-faults.md §7.6). Counters are kept by the health store, so they survive agent restarts.
+Node-level faults (NVML down, fewer GPUs than expected, the checker failing) have their own
+families without GPU labels. Everything is absent until the checker's first evaluation.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import Metric
+
+from exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+# healthcheck.types.STATES; spelled out because the exporter never imports healthcheck (they meet
+# in NodeState), and the exposition's series order must not depend on another room's tuple.
+STATES: tuple[str, ...] = ("healthy", "suspect", "unhealthy", "recovering")
+FAULT_LABELS = (*GPU_LABELS, "fault", "severity")
+
+
+class HealthCollector(CardCollector):
+    def collect(self) -> Iterable[Metric]:
+        health = self._state.health
+        if health is None:
+            return
+        gpu_state = gauge(
+            "runtimekit_gpu_health",
+            "1 for the GPU's health state (healthy, suspect, unhealthy, recovering), 0 for the others.",
+            labels=(*GPU_LABELS, "state"),
+        )
+        active = gauge(
+            "runtimekit_gpu_fault_active",
+            "1 while the health checker holds the fault on the GPU (absent once cleared).",
+            labels=FAULT_LABELS,
+        )
+        events = counter(
+            "runtimekit_gpu_fault_events_total",
+            "Times the fault became active on the GPU at this severity (kept across agent restarts).",
+            labels=FAULT_LABELS,
+        )
+        transitions = counter(
+            "runtimekit_health_transitions_total",
+            "GPU health state transitions (kept across agent restarts).",
+            labels=(*GPU_LABELS, "from", "to"),
+        )
+        node = gauge(
+            "runtimekit_node_health",
+            "1 for the node's health state (the worst of its GPUs and node-level faults), 0 for the others.",
+            labels=("state",),
+        )
+        node_active = gauge(
+            "runtimekit_node_fault_active",
+            "1 while the health checker holds the node-level fault (NVML down, GPUs missing, checker failing).",
+            labels=("fault", "severity"),
+        )
+        node_events = counter(
+            "runtimekit_node_fault_events_total",
+            "Times the node-level fault became active at this severity (kept across agent restarts).",
+            labels=("fault", "severity"),
+        )
+        seconds = gauge(
+            "runtimekit_health_evaluation_seconds",
+            "CPU seconds the detectors took in the last health evaluation.",
+            labels=(), unit="seconds",
+        )
+        index_of = {}
+        for gpu in health.gpus:
+            labels = [str(gpu.index), gpu.uuid]
+            index_of[gpu.uuid] = labels[0]
+            for state in STATES:
+                gpu_state.add_metric([*labels, state], 1.0 if state == gpu.state else 0.0)
+            for fault in _unique(gpu.faults):
+                active.add_metric([*labels, fault.fault, fault.severity], 1.0)
+        for state in STATES:
+            node.add_metric([state], 1.0 if state == health.state else 0.0)
+        for fault in _unique(health.faults):
+            node_active.add_metric([fault.fault, fault.severity], 1.0)
+        for (uuid, fault, severity), count in sorted(health.fault_events_total.items()):
+            if not uuid:
+                node_events.add_metric([fault, severity], float(count))
+            elif uuid in index_of:
+                events.add_metric([index_of[uuid], uuid, fault, severity], float(count))
+        for (uuid, before, after), count in sorted(health.transitions_total.items()):
+            if uuid in index_of:
+                transitions.add_metric([index_of[uuid], uuid, before, after], float(count))
+        seconds.add_metric([], health.detector_seconds)
+        yield from nonempty(gpu_state, active, events, transitions, node, node_active, node_events, seconds)
+
+
+def _unique(faults):
+    """One series per (fault, severity): faults held per MIG instance are one fault on the GPU."""
+    seen = set()
+    for fault in faults:
+        key = (fault.fault, fault.severity)
+        if key not in seen:
+            seen.add(key)
+            yield fault

@@ -1,0 +1,265 @@
+"""HealthChecker: runs the detectors on every new sample and every new XID, steps the state machine,
+persists what must survive, and publishes the verdict in ``NodeState``.
+
+One asyncio task owned by a cleanup context (``runtimekit.service._health_context``). It never
+calls NVML: polled checks read the sampler's snapshot, event checks read ``state.xids_after``.
+
+- ``state.subscribe`` callbacks come from the sampler's, the XID thread's and the loop's threads;
+  the callback only hops to the loop (``call_soon_threadsafe``) and sets an event. The task then
+  evaluates whatever is new — a sample, XIDs, or both in one evaluation — one evaluation at a time.
+- The detectors run in a dedicated worker thread (a slow or stuck detector never blocks the loop
+  or the default executor), bounded by ``timeout_seconds``. A detector that raises or times out is
+  a failed probe, and a failed probe never reports "healthy": the node gets a node-level
+  ``health_check_failed`` warning, nothing clears in that evaluation, and the detectors' state is
+  kept as it was. While a timed-out evaluation is still running, no new one is started.
+- An XID-only evaluation (no new sample) gives the detectors the latest snapshot as both
+  ``snapshot`` and ``previous`` (``data.snapshot is data.previous``: no new sample, deltas are 0)
+  and does not count as a clean sample for the machine.
+- The verdict is persisted (atomically, only when it changed) *before* it is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from healthcheck.machine import NODE, NODE_INDEX, STATE_ORDER, MachineInput, MachineState, Step, node_health, step
+from healthcheck.store import HealthStore, Loaded
+from healthcheck.types import CLEARS_WHEN_CLEAN, NONE, WARNING, DetectorInput, Finding
+from runtimekit.gpu.types import NodeSnapshot, is_available
+from runtimekit.state import NodeState
+
+log = logging.getLogger("runtimekit.health")
+
+RunDetectors = Callable[[Mapping[str, Any], DetectorInput], "tuple[Mapping[str, Any], Sequence[Finding]]"]
+CHECK_FAILED = "health_check_failed"
+
+
+def reset_evidence(previous: NodeSnapshot | None, snapshot: NodeSnapshot) -> frozenset[str]:
+    """UUIDs of GPUs that were reset between two samples: a counter that only a reset (or a driver
+    reload) sets back went backwards — the energy counter (mJ since driver load) or the volatile
+    ECC counts. Readings that are unavailable on either side prove nothing."""
+    if previous is None:
+        return frozenset()
+    before = {gpu.uuid: gpu for gpu in previous.gpus}
+    resets = set()
+    for gpu in snapshot.gpus:
+        old = before.get(gpu.uuid)
+        if old is None or gpu.lost or old.lost:
+            continue
+        pairs = []
+        if gpu.power is not None and old.power is not None:
+            pairs.append((old.power.energy_joules, gpu.power.energy_joules))
+        if gpu.ecc is not None and old.ecc is not None:
+            pairs.append((old.ecc.corrected_volatile, gpu.ecc.corrected_volatile))
+            pairs.append((old.ecc.uncorrected_volatile, gpu.ecc.uncorrected_volatile))
+        if any(is_available(a) and is_available(b) and b < a for a, b in pairs):  # type: ignore[operator]
+            resets.add(gpu.uuid)
+    return frozenset(resets)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    states: Mapping[str, Any]
+    findings: tuple[Finding, ...]
+    cpu_seconds: float
+
+
+class HealthChecker:
+    """Evaluates health on every new sample and XID; see the module docstring."""
+
+    def __init__(
+        self,
+        state: NodeState,
+        run_detectors: RunDetectors,
+        *,
+        thresholds: Mapping[str, Mapping[str, Any]] | None = None,
+        store: HealthStore | None = None,
+        clean_samples: int = 3,
+        timeout_seconds: float = 2.0,
+        expected_gpus: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._run_detectors = run_detectors
+        self._thresholds = thresholds or {}
+        self._store = store
+        self._clean_samples = clean_samples
+        self._timeout = timeout_seconds
+        self._configured_gpus = expected_gpus
+        self._clock = clock
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health")
+        self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health-store")
+        self._machine = MachineState()
+        self._detector_states: Mapping[str, Any] = {}
+        self._expected_seen = 0
+        self._boot_id_changed = False
+        self._previous: NodeSnapshot | None = None  # the last snapshot the detectors saw
+        self._last_seen: NodeSnapshot | None = None  # the last snapshot an evaluation started for
+        self._xid_done = 0  # XIDs up to this sequence were given to the detectors
+        self._stuck: concurrent.futures.Future | None = None
+        self._failing = ""
+        self._loaded = False
+        self.evaluations = 0
+
+    @property
+    def machine(self) -> MachineState:
+        return self._machine
+
+    @property
+    def expected_gpus(self) -> int:
+        return self._configured_gpus if self._configured_gpus is not None else self._expected_seen
+
+    async def load(self) -> None:
+        """Read the remembered state (in a thread); called by ``run`` if not called before."""
+        if self._store is not None:
+            loaded: Loaded = await asyncio.get_running_loop().run_in_executor(self._io, self._store.load)
+            self._machine = loaded.state
+            self._expected_seen = loaded.expected_gpus
+            self._boot_id_changed = loaded.boot_id_changed
+            remembered = [f"GPU {r.index} ({r.uuid}) {r.state}" for r in loaded.state.gpus.values() if r.state != "healthy"]
+            if remembered:
+                log.info("remembered health: %s", ", ".join(remembered))
+        self._loaded = True
+
+    async def run(self) -> None:
+        """Evaluate whenever NodeState has something new, until cancelled."""
+        if not self._loaded:
+            await self.load()
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notify() -> None:  # any thread
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the loop is closing
+                pass
+
+        unsubscribe = self._state.subscribe(notify)
+        wake.set()
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                await self.evaluate()
+        finally:
+            unsubscribe()
+
+    def close(self) -> None:
+        """Stop the worker threads (a stuck detector's thread is left to finish on its own)."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=True, cancel_futures=False)
+
+    async def evaluate(self) -> bool:
+        """One evaluation if a new sample or new XIDs are there; True when one ran."""
+        snapshot = self._state.snapshot
+        if snapshot is None:
+            return False  # XIDs wait in the log until the first sample says which GPUs there are
+        new_xids = self._state.xids_after(self._xid_done)
+        sampled = snapshot is not self._last_seen
+        if not sampled and not new_xids:
+            return False
+        self._last_seen = snapshot
+        now = self._clock()
+        if snapshot.nvml_up:
+            self._expected_seen = max(self._expected_seen, len(snapshot.gpus))
+        previous = self._previous if sampled else snapshot
+        data = DetectorInput(
+            now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
+            expected_gpus=self.expected_gpus, config=self._thresholds,
+        )
+        outcome, failure = await self._detect(data)
+        if outcome is not None:
+            self._detector_states = outcome.states
+            if new_xids:
+                self._xid_done = new_xids[-1][0]
+            resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
+            if sampled:
+                self._previous = snapshot
+            findings, cpu = outcome.findings, outcome.cpu_seconds
+        else:
+            resets, sampled, cpu = frozenset(), False, 0.0
+            findings = (Finding(NODE_INDEX, NODE, CHECK_FAILED, WARNING, NONE, failure, CLEARS_WHEN_CLEAN),)
+        result = step(self._machine, MachineInput(
+            now=now, findings=findings, gpus=tuple((g.index, g.uuid) for g in snapshot.gpus if g.uuid),
+            sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
+        ))
+        self._boot_id_changed = False
+        self._machine = result.state
+        _log_step(result)
+        await self._persist()
+        self._state.publish_health(node_health(result.state, now, cpu))
+        self.evaluations += 1
+        return True
+
+    async def _detect(self, data: DetectorInput) -> tuple[_Outcome | None, str]:
+        """Run the detectors in the worker thread within the timeout: (outcome, "") or (None, why)."""
+        if self._stuck is not None and not self._stuck.done():
+            return None, self._fail(f"an evaluation has been running for more than {self._timeout:g} s")
+        self._stuck = None
+        states = self._detector_states
+
+        def job() -> _Outcome:
+            started = time.thread_time()
+            new_states, findings = self._run_detectors(states, data)
+            return _Outcome(dict(new_states), tuple(findings), time.thread_time() - started)
+
+        future = self._worker.submit(job)
+        # asyncio.wait, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+        # arrives as the future completes, and this task must stop when its context says so.
+        wrapped = asyncio.wrap_future(future)
+        done, _ = await asyncio.wait((wrapped,), timeout=self._timeout)
+        if not done:
+            wrapped.add_done_callback(_consume)
+            self._stuck = future
+            return None, self._fail(f"the detectors did not finish within {self._timeout:g} s")
+        try:
+            outcome = wrapped.result()
+        except Exception as error:  # a detector bug: a failed probe, not a crashed agent
+            if not self._failing:
+                log.error("health detectors failed", exc_info=error)
+            return None, self._fail(f"the detectors failed: {type(error).__name__}: {error}")
+        if self._failing:
+            log.info("health detectors recovered")
+            self._failing = ""
+        return outcome, ""
+
+    def _fail(self, why: str) -> str:
+        if self._failing != why:
+            log.error("health evaluation failed: %s", why)
+        self._failing = why
+        return why
+
+    async def _persist(self) -> None:
+        if self._store is None:
+            return
+        future = asyncio.get_running_loop().run_in_executor(self._io, self._store.save, self._machine, self._expected_seen)
+        done, _ = await asyncio.wait((future,), timeout=self._timeout)
+        if not done:
+            future.add_done_callback(_consume)
+            log.error("writing the health state took more than %g s; publishing anyway", self._timeout)
+        elif future.exception() is not None:  # save() handles OSError itself; anything else is a bug
+            log.error("writing the health state failed", exc_info=future.exception())
+
+
+def _consume(future: asyncio.Future) -> None:
+    """Retrieve the outcome of a future nobody awaits any more (no "never retrieved" warnings)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _log_step(result: Step) -> None:
+    for index, uuid, fault in result.new_faults:
+        who = "node" if uuid == NODE else f"GPU {index} ({uuid})"
+        log.info("%s: %s %s active (%s; clears: %s): %s", who, fault.severity, fault.fault, fault.action,
+                 fault.clears, fault.evidence)
+    for index, uuid, fault in result.cleared:
+        who = "node" if uuid == NODE else f"GPU {index} ({uuid})"
+        log.info("%s: %s cleared", who, fault.fault)
+    for transition in result.transitions:
+        worse = STATE_ORDER[transition.to_state] > STATE_ORDER[transition.from_state]
+        log.log(logging.WARNING if worse else logging.INFO, "%s", transition.describe())

@@ -1,0 +1,124 @@
+"""Lost card: a GPU that fell off the bus, answers GPU_IS_LOST, or vanished from the node.
+
+Signals (gpu-faults.md §2.3, §6 "GPU lost"), all critical, ``reboot_node`` (the catalog's
+RESTART_BM for XID 79: a reset is impossible, the device is unreachable), sticky until a reboot:
+
+- ``gpu_lost``: the snapshot marks the GPU lost (NVML answered GPU_IS_LOST on some call), or
+  XID 79 arrived for it.
+- ``gpu_missing``: a GPU present in the previous snapshot (by UUID) is gone, or moved to another
+  PCI bus id; or the node has fewer GPUs than ``expected_gpus`` and a GPU this detector has seen
+  before (its state remembers every UUID with its index and bus id) is not among them.
+- ``gpu_count_low`` on ``gpu_index -1`` (uuid ""): fewer GPUs than expected and no known GPU to
+  blame (e.g. the first sample after the agent started, state lost) — a node-level finding.
+
+An enumerated but unreadable GPU (the reader's ``unknown-gpu-<index>`` placeholder) is not
+"missing": it is still on the bus, and the driver detector reports its read errors.
+Nothing is judged while NVML is down (the driver detector reports that).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from healthcheck.types import CLEARS_ON_REBOOT, CRITICAL, REBOOT_NODE, DetectorInput, Finding
+from healthcheck.xid_catalog import default_catalog
+
+from ._common import available, clock, merge
+
+NAME = "lost_card"
+PLACEHOLDER = "unknown-gpu-"  # the reader's uuid for a GPU whose identity could not be read
+
+
+def _bus(gpu: Any) -> str | None:
+    bus = gpu.identity.pci_bus_id
+    return bus if available(bus) else None
+
+
+def _real(uuid: str) -> bool:
+    return not uuid.startswith(PLACEHOLDER)
+
+
+def lost_card(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
+    known: dict[str, list[Any]] = {k: list(v) for k, v in ((state or {}).get("known") or {}).items()}
+    snapshot = data.snapshot
+    if snapshot is None or not snapshot.nvml_up:
+        return {"known": known}, []
+    catalog = default_catalog()
+    findings: list[Finding] = []
+    if data.previous is not None and data.previous.nvml_up:  # what the previous sample saw is known too
+        for gpu in data.previous.gpus:
+            if _real(gpu.uuid) and not gpu.lost:
+                known.setdefault(gpu.uuid, [gpu.index, _bus(gpu)])
+
+    def node_finding(index: int, uuid: str, fault: str, evidence: str) -> Finding:
+        return Finding(index, uuid, fault, CRITICAL, REBOOT_NODE, evidence, CLEARS_ON_REBOOT)
+
+    by_index = {v[0]: k for k, v in known.items()}
+    for gpu in snapshot.gpus:
+        if gpu.lost:
+            what = ", ".join(name for name, _ in gpu.errors) or "a query"
+            bus = _bus(gpu)
+            # A GPU lost before its identity was read: name it by the UUID last seen at its index.
+            uuid = gpu.uuid if _real(gpu.uuid) else by_index.get(gpu.index, gpu.uuid)
+            findings.append(node_finding(
+                gpu.index, uuid, "gpu_lost",
+                f"NVML answered GPU_IS_LOST for GPU {gpu.index}{f' ({bus})' if bus else ''} in {what} "
+                f"at {clock(gpu.sampled_at)}; the device is unreachable, a GPU reset cannot work",
+            ))
+
+    for event in data.xids:
+        entry = catalog.get(event.xid)
+        if entry.detector != NAME:
+            continue
+        findings.append(Finding(
+            event.gpu_index, event.uuid, entry.fault, entry.severity, entry.action,
+            f"XID {event.xid} ({entry.meaning}) at {clock(event.received_at)}", entry.clears,
+        ))
+
+    current = {g.uuid for g in snapshot.gpus}
+    placeholders = {g.index for g in snapshot.gpus if not _real(g.uuid)}
+    current_bus = {g.uuid: _bus(g) for g in snapshot.gpus}
+    gone: dict[str, tuple[int, str]] = {}  # uuid -> (index, why)
+    previous = data.previous
+    if previous is not None and previous.nvml_up:
+        for old in previous.gpus:
+            if not _real(old.uuid) or old.lost:
+                continue
+            old_bus = _bus(old)
+            if old.uuid not in current:
+                if old.index in placeholders:
+                    continue  # still enumerated, just unreadable
+                where = f" at {old_bus}" if old_bus else ""
+                gone[old.uuid] = (old.index, f"GPU {old.index} ({old.uuid}{where}) vanished between the samples at "
+                                             f"{clock(previous.sampled_at)} and {clock(snapshot.sampled_at)}")
+            elif old_bus and current_bus.get(old.uuid) and current_bus[old.uuid] != old_bus:
+                gone[old.uuid] = (old.index, f"GPU {old.index} ({old.uuid}) moved from PCI bus id {old_bus} to "
+                                             f"{current_bus[old.uuid]} between two samples")
+
+    count = len(snapshot.gpus)
+    if count < data.expected_gpus:
+        shortfall = f"{count} of {data.expected_gpus} expected GPUs present (NVML device count {snapshot.device_count})"
+        blamed = False
+        for uuid, (index, bus) in sorted(known.items(), key=lambda kv: kv[1][0]):
+            if uuid in current or index in placeholders:
+                continue
+            blamed = True
+            if uuid not in gone:
+                gone[uuid] = (index, f"GPU {index} ({uuid}{f' at {bus}' if bus else ''}) is missing")
+            gone[uuid] = (index, f"{gone[uuid][1]}; {shortfall}")
+        if not blamed and not gone:
+            findings.append(node_finding(
+                -1, "", "gpu_count_low",
+                f"{shortfall} at {clock(snapshot.sampled_at)}; which GPU vanished is unknown (no earlier sample)",
+            ))
+    for uuid, (index, evidence) in gone.items():
+        findings.append(node_finding(index, uuid, "gpu_missing", evidence))
+
+    for gpu in snapshot.gpus:
+        if _real(gpu.uuid) and not gpu.lost:
+            known[gpu.uuid] = [gpu.index, _bus(gpu)]
+    return {"known": known}, merge(findings)
+
+
+lost_card.name = NAME  # type: ignore[attr-defined]
+detector = lost_card

@@ -1,0 +1,96 @@
+"""PCIe link downtraining (gpu-faults.md §2.3, §6 "PCIe downtraining", §7.9).
+
+Faults (severity, action, clears):
+
+- ``pcie_width_degraded`` (warning, drain_and_reset_gpu, clean_samples): the current link width is
+  below the maximum — the width does not drop at idle, so at any load.
+- ``pcie_generation_degraded`` (warning, drain_and_reset_gpu, clean_samples): the current link
+  generation is below the (system-limited) maximum while the GPU is under load (utilization at or
+  above ``load_utilization``, or in P-state 0 when ``judge_in_p0``); at idle the driver lowers the
+  generation on purpose (P8 -> Gen1).
+
+Both need ``degraded_samples`` samples in a row, as links retrain while load ramps. Action: a GPU
+reset retrains the link (secondary bus reset); if it stays degraded, reseat or replace the riser —
+the evidence says so. An unreadable reading keeps the count and raises nothing; a sample that
+cannot be judged for the generation (GPU idle) resets its run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from healthcheck.types import CLEARS_WHEN_CLEAN, DRAIN_AND_RESET_GPU, WARNING, DetectorInput, Finding
+from healthcheck.thresholds import for_detector
+
+from ._common import available, finding, is_new_sample, readable_gpus
+
+NAME = "pcie"
+ADVICE = "reset the GPU to retrain the link; if it stays degraded, reseat or replace the riser"
+
+
+def _under_load(gpu: Any, config: dict[str, Any]) -> tuple[bool | None, str]:
+    """(under load?, why); None when neither utilization nor P-state is readable."""
+    busy = gpu.utilization.gpu if gpu.utilization is not None else None
+    pstate = gpu.clocks.performance_state if gpu.clocks is not None else None
+    known = False
+    if available(busy):
+        known = True
+        if busy >= config["load_utilization"]:
+            return True, f"GPU {busy:.0%} busy"
+    if config["judge_in_p0"] and available(pstate):
+        known = True
+        if pstate == 0:
+            return True, "in P-state 0"
+    return (False if known else None), ""
+
+
+def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
+    config = for_detector(NAME, data.config)
+    state = state or {}
+    if data.snapshot is None or not data.snapshot.nvml_up:
+        return state, []
+    need = config["degraded_samples"]
+    findings: list[Finding] = []
+    fresh = is_new_sample(state, data.snapshot)
+    step = 1 if fresh else 0
+    new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {}}
+    for gpu in readable_gpus(data.snapshot):
+        link, limits = gpu.pcie, gpu.limits
+        width = link.width if link is not None else None
+        gen = link.generation if link is not None else None
+
+        old = int((state.get("width") or {}).get(gpu.uuid, 0))
+        if available(width, limits.pcie_max_width):
+            count = old + step if width < limits.pcie_max_width else 0
+        else:
+            count = old
+        if count:
+            new["width"][gpu.uuid] = count
+        if count >= need and available(width, limits.pcie_max_width):
+            findings.append(finding(
+                gpu, "pcie_width_degraded", WARNING, DRAIN_AND_RESET_GPU,
+                f"PCIe link at x{width} of x{limits.pcie_max_width} for {count} samples in a row "
+                f"(threshold {need}); {ADVICE}",
+                CLEARS_WHEN_CLEAN,
+            ))
+
+        old = int((state.get("generation") or {}).get(gpu.uuid, 0))
+        load, why = _under_load(gpu, config)
+        if available(gen, limits.pcie_max_generation) and load is not None:
+            count = old + step if load and gen < limits.pcie_max_generation else 0
+        else:
+            count = old
+        if count:
+            new["generation"][gpu.uuid] = count
+        if count >= need and load and available(gen, limits.pcie_max_generation):
+            findings.append(finding(
+                gpu, "pcie_generation_degraded", WARNING, DRAIN_AND_RESET_GPU,
+                f"PCIe link at Gen{gen} of Gen{limits.pcie_max_generation} while {why}, for {count} samples in "
+                f"a row (threshold {need}); {ADVICE}",
+                CLEARS_WHEN_CLEAN,
+            ))
+    return new, findings
+
+
+pcie.name = NAME  # type: ignore[attr-defined]
+detector = pcie

@@ -1,0 +1,248 @@
+"""The health checker's memory across agent restarts: one versioned JSON file in the state directory.
+
+An agent restart alone never clears a fault (gpu-faults.md §7.1, §7.7): per GPU uuid the file
+keeps the state, its ``since``, the active faults with ``first_seen``; the node-level faults; the
+node's boot id (``/proc/sys/kernel/random/boot_id`` by default — configurable, like every host
+path); the most GPUs ever seen (lost-card detection compares against it); the transition and
+fault-event counters.
+
+Writes are atomic — a temporary file in the same directory, fsync, rename over the old one, fsync
+the directory — and happen only when something that matters changed (state, faults, counters,
+expected GPUs; not ``last_seen``, evidence wording or clean-sample progress, which would make it a
+write per sample). A file that cannot be parsed is logged and set aside (renamed
+``health.json.corrupt-<unix time>``), never fatal: the checker starts from nothing and the detectors
+see what is still there. On load, a boot id different from the saved one is reported as
+``boot_id_changed`` so the machine clears what a reboot clears (and logs it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from healthcheck.machine import NODE, NODE_INDEX, GpuRecord, MachineState
+from healthcheck.types import SEVERITIES, STATES, ActiveFault
+
+log = logging.getLogger("runtimekit.health")
+
+SCHEMA_VERSION = 1
+FILE_NAME = "health.json"
+DEFAULT_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    state: MachineState
+    expected_gpus: int  # the most GPUs ever seen (0: never saw one)
+    boot_id: str  # the node's boot id now ("" when it cannot be read)
+    boot_id_changed: bool  # the saved boot id differs from the current one: the node rebooted
+
+
+class StoreFormatError(ValueError):
+    """The file is not a health state this version can read."""
+
+
+class HealthStore:
+    """Reads and writes ``<state_dir>/health.json``."""
+
+    def __init__(self, state_dir: str | Path, *, boot_id_path: str = DEFAULT_BOOT_ID_PATH,
+                 clock=time.time) -> None:
+        self.path = Path(state_dir) / FILE_NAME
+        self._boot_id_path = boot_id_path
+        self._clock = clock
+        self._boot_id: str | None = None  # read by load(), or by the first save()
+        self._written: Any = None  # the essential content last written (or loaded)
+        self._failing = False
+
+    # ---- reading -------------------------------------------------------------------------------
+    def read_boot_id(self) -> str:
+        try:
+            return Path(self._boot_id_path).read_text().strip()
+        except OSError as error:
+            log.warning("cannot read the boot id from %s (%s): a reboot will not clear sticky faults",
+                        self._boot_id_path, error.strerror or error)
+            return ""
+
+    def load(self) -> Loaded:
+        """The saved state, or an empty one (no file, or a corrupt one set aside)."""
+        boot_id = self._boot_id = self.read_boot_id()
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return Loaded(MachineState(), 0, boot_id, False)
+        except OSError as error:
+            log.error("cannot read %s (%s); starting with no remembered health", self.path, error.strerror or error)
+            return Loaded(MachineState(), 0, boot_id, False)
+        try:
+            doc = json.loads(text)
+            state, expected, saved_boot_id = decode(doc)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            self._set_aside(error)
+            return Loaded(MachineState(), 0, boot_id, False)
+        self._written = _essential(doc)
+        changed = bool(saved_boot_id and boot_id and saved_boot_id != boot_id)
+        if changed:
+            log.info("boot id changed (%s → %s): the node rebooted; faults cleared by a reboot or a GPU reset "
+                     "will clear", saved_boot_id, boot_id)
+        return Loaded(state, expected, boot_id, changed)
+
+    def _set_aside(self, error: Exception) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
+        try:
+            os.replace(self.path, aside)
+            where = f"set aside as {aside.name}"
+        except OSError as rename_error:
+            where = f"could not be set aside ({rename_error.strerror or rename_error})"
+        log.error("health state %s is unreadable (%s); %s; starting with no remembered health",
+                  self.path, error, where)
+
+    # ---- writing -------------------------------------------------------------------------------
+    def save(self, state: MachineState, expected_gpus: int) -> bool:
+        """Write the state if something that matters changed; True when the file was written.
+
+        A failed write is logged (once, until a write succeeds again) and retried on the next call.
+        """
+        if self._boot_id is None:
+            self._boot_id = self.read_boot_id()
+        doc = encode(state, expected_gpus, self._boot_id, saved_at=self._clock())
+        essential = _essential(doc)
+        if essential == self._written:
+            return False
+        try:
+            write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
+        except OSError as error:
+            if not self._failing:
+                log.error("cannot write health state %s (%s); will retry", self.path, error.strerror or error)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("health state written to %s again", self.path)
+        self._failing = False
+        self._written = essential
+        return True
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# ---- the file format -------------------------------------------------------------------------------
+
+def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: float) -> dict[str, Any]:
+    return {
+        "version": SCHEMA_VERSION,
+        "saved_at": saved_at,
+        "boot_id": boot_id,
+        "expected_gpus": expected_gpus,
+        "gpus": [_record(r) for r in sorted(state.gpus.values(), key=lambda r: (r.index, r.uuid))],
+        "node": _record(state.node),
+        "transitions_total": [
+            {"uuid": u, "from": a, "to": b, "count": n} for (u, a, b), n in sorted(state.transitions_total.items())
+        ],
+        "fault_events_total": [
+            {"uuid": u, "fault": f, "severity": s, "count": n} for (u, f, s), n in sorted(state.fault_events_total.items())
+        ],
+    }
+
+
+def _record(record: GpuRecord) -> dict[str, Any]:
+    return {"index": record.index, "uuid": record.uuid, "state": record.state, "since": record.since,
+            "faults": [asdict(f) for f in record.faults]}
+
+
+_VOLATILE = ("last_seen", "evidence", "clean_samples")
+
+
+def _essential(doc: dict[str, Any]) -> Any:
+    """What must be on disk: the document less saved_at and the per-sample fields of faults."""
+    def record(r: dict[str, Any]) -> Any:
+        return (r["index"], r["uuid"], r["state"], r["since"],
+                [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]])
+    return (doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]], record(doc["node"]),
+            doc["transitions_total"], doc["fault_events_total"])
+
+
+def decode(doc: Any) -> tuple[MachineState, int, str]:
+    """(state, expected GPUs, saved boot id); raises ValueError/TypeError/KeyError on a bad file."""
+    if not isinstance(doc, dict):
+        raise StoreFormatError("not a JSON object")
+    if doc.get("version") != SCHEMA_VERSION:
+        raise StoreFormatError(f"schema version {doc.get('version')!r}, this agent reads {SCHEMA_VERSION}")
+    gpus = {}
+    for item in doc["gpus"]:
+        record = _decode_record(item)
+        if not record.uuid:
+            raise StoreFormatError("a GPU without uuid")
+        gpus[record.uuid] = record
+    node = _decode_record(doc["node"])
+    node = GpuRecord(NODE_INDEX, NODE, node.state, node.since, node.faults)
+    transitions = {(str(t["uuid"]), _state(t["from"]), _state(t["to"])): _count(t["count"])
+                   for t in doc["transitions_total"]}
+    events = {(str(e["uuid"]), str(e["fault"]), _severity(e["severity"])): _count(e["count"])
+              for e in doc["fault_events_total"]}
+    expected = _count(doc["expected_gpus"])
+    boot_id = doc["boot_id"]
+    if not isinstance(boot_id, str):
+        raise StoreFormatError("boot_id: not a string")
+    state = MachineState(MappingProxyType(gpus), node, MappingProxyType(transitions), MappingProxyType(events))
+    return state, expected, boot_id
+
+
+def _decode_record(item: dict[str, Any]) -> GpuRecord:
+    faults = []
+    for f in item["faults"]:
+        fault = ActiveFault(
+            fault=str(f["fault"]), severity=_severity(f["severity"]), action=str(f["action"]),
+            evidence=str(f["evidence"]), clears=str(f["clears"]), first_seen=float(f["first_seen"]),
+            last_seen=float(f["last_seen"]),
+            gpu_instance_id=None if f.get("gpu_instance_id") is None else int(f["gpu_instance_id"]),
+            clean_samples=int(f.get("clean_samples", 0)),
+        )
+        faults.append(fault)
+    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]), tuple(faults))
+
+
+def _state(value: Any) -> str:
+    if value not in STATES:
+        raise StoreFormatError(f"unknown state {value!r}")
+    return value
+
+
+def _severity(value: Any) -> str:
+    if value not in SEVERITIES:
+        raise StoreFormatError(f"unknown severity {value!r}")
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreFormatError(f"not a count: {value!r}")
+    return value
