@@ -111,7 +111,7 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                        gpu.sampled_at, fresh)
         if entry:
             orphan[gpu.uuid] = entry
-            if judge and entry[0] >= config["orphan_samples"]:
+            if judge and readable and entry[0] >= config["orphan_samples"]:  # judged on a readable sample only
                 whose = ("with no process on the GPU" if not gpu.processes else
                          f"of which {len(held)} processes hold {gib(sum(held))}, {gib(unaccounted)} held by none")
                 findings.append(finding(
@@ -128,7 +128,7 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                        gpu.sampled_at, fresh)
         if entry:
             ghost[gpu.uuid] = entry
-            if judge and entry[0] >= config["ghost_samples"]:
+            if judge and readable and entry[0] >= config["ghost_samples"]:
                 findings.append(finding(
                     gpu, "gpu_ghost_busy", WARNING, DRAIN_AND_RESET_GPU,
                     f"GPU {busy:.0%} busy with no process for {int(entry[0])} samples since {clock(entry[1])} "
