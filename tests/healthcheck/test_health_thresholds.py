@@ -28,7 +28,7 @@ def test_packaged_thresholds_are_complete_and_valid() -> None:
     assert values["driver"]["app_xid_bursts"] == 5
     assert values["driver"]["app_xid_window_seconds"] == 86400
     assert values["nvlink"]["crc_per_second_critical"] == 100.0
-    assert values["thermal_power"]["power_brake_samples"] == 3
+    assert values["thermal_power"]["power_brake_samples"] == 2
 
 
 def test_every_detector_has_a_section() -> None:
@@ -87,7 +87,7 @@ def test_for_detector_merges_over_defaults() -> None:
         ({"nvlink": {"crc_per_second_warning": 200.0}}, "crc_per_second_warning must not exceed"),
         ({"nvlink": {"expected_active_links": -1}}, "nvlink.expected_active_links"),
         ({"compute_mode": {"expected": "shared"}}, "compute_mode.expected: must be one of"),
-        ({"thermal_power": {"thermal_critical_samples": 2}}, "thermal_critical_samples must be >="),
+        ({"thermal_power": {"thermal_critical_samples": 1}}, "thermal_critical_samples must be >="),
     ],
 )
 def test_malformed_thresholds_name_the_key(data, message) -> None:
