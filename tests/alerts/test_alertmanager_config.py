@@ -1,0 +1,31 @@
+"""The shipped Alertmanager configuration is valid and routes node-replacing GPU alerts to the
+remediation webhook (amtool, from Debian's prometheus-alertmanager)."""
+
+import shutil
+import subprocess
+
+from tests.agent_process import ROOT
+
+CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+
+
+def amtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([shutil.which("amtool") or "/usr/bin/amtool", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_amtool_accepts_the_configuration():
+    done = amtool("check-config", str(CONFIG))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_critical_node_alerts_reach_the_remediation_webhook_and_others_do_not():
+    def receivers(*labels: str) -> str:
+        done = amtool("config", "routes", "test", f"--config.file={CONFIG}", *labels)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert "gpu-remediation" in receivers("severity=critical", "action=replace_node", "alertname=RuntimekitGpuLost")
+    assert "gpu-remediation" in receivers("severity=critical", "action=reboot_node")
+    assert "gpu-remediation" not in receivers("severity=warning", "action=drain_and_reset_gpu")
+    assert "gpu-remediation" not in receivers("severity=critical", "action=restart_application")
