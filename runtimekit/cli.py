@@ -91,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
     _sim_parser(commands)
+    from healthcheck.remediation.cli import add_remediate_parser
+
+    add_remediate_parser(commands)
     return root
 
 

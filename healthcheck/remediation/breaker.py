@@ -1,0 +1,60 @@
+"""Safety decisions, pure: the cluster-wide circuit breaker and the per-node cooldown.
+
+Time is passed in (seconds since the epoch); nothing here reads a clock or the journal.
+The breaker follows Cluster API MHC ``maxUnhealthy`` and NVSentinel's breaker (gpu-faults.md §3):
+once it opens it stays open until a person resets it (``journal.reset_breaker``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    max_nodes: int  # more distinct nodes actioned within the window opens the breaker
+    max_percent: float  # more than this share (0..100) of the cluster's nodes opens it
+    window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed: bool
+    reason: str  # "" when allowed
+    opens_breaker: bool = False
+
+
+def breaker_verdict(
+    policy: BreakerPolicy,
+    node: str,
+    now: float,
+    actioned: Iterable[tuple[str, float]],
+    total_nodes: int,
+    breaker_open: bool,
+) -> Verdict:
+    """May ``node`` be actioned now? ``actioned``: (node, time) of earlier disruptive actions.
+
+    A node already actioned within the window continues its ladder (it adds no new node).
+    """
+    if breaker_open:
+        return Verdict(False, "circuit breaker is open (reset it with `runtimekit remediate reset-breaker`)")
+    recent = {name for name, at in actioned if now - at <= policy.window_seconds}
+    if node in recent:
+        return Verdict(True, "")
+    count = len(recent) + 1
+    if count > policy.max_nodes:
+        return Verdict(False, f"circuit breaker opened: {count} nodes within {policy.window_seconds:g}s "
+                              f"exceeds max_nodes {policy.max_nodes}", True)
+    if total_nodes > 0 and 100.0 * count / total_nodes > policy.max_percent:
+        return Verdict(False, f"circuit breaker opened: {count} of {total_nodes} nodes within "
+                              f"{policy.window_seconds:g}s exceeds max_percent {policy.max_percent:g}", True)
+    return Verdict(True, "")
+
+
+def cooldown_verdict(last_other_alert_at: float | None, now: float, cooldown_seconds: float) -> Verdict:
+    """A node actioned for a different alert less than ``cooldown_seconds`` ago is left alone."""
+    if last_other_alert_at is not None and now - last_other_alert_at < cooldown_seconds:
+        return Verdict(False, f"node in cooldown: actioned {now - last_other_alert_at:.0f}s ago "
+                              f"(cooldown {cooldown_seconds:g}s)")
+    return Verdict(True, "")

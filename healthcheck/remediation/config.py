@@ -1,0 +1,174 @@
+"""Configuration of ``runtimekit remediate serve``: one YAML file, every key declared once.
+
+Same rules as ``runtimekit.config``: an unknown key, a wrong type or a value out of range raises
+``ConfigError`` naming the key and the rule. Secrets are read from files named here, never from
+the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from runtimekit.config import ConfigError, Key, parse_listen
+
+STEPS = ("cordon", "taint", "drain", "replace")
+DEFAULT_TEMPLATE = {
+    "node": "{node}",
+    "gpu_uuids": "{gpu_uuids}",
+    "fault": "{fault}",
+    "alert_fingerprint": "{fingerprint}",
+}
+
+
+def _between(low: float, high: float):
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _listen(value: str) -> str | None:
+    try:
+        parse_listen(value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _ladders(value: Mapping[str, Any]) -> str | None:
+    for name, steps in value.items():
+        if not isinstance(name, str) or not isinstance(steps, list) or not steps:
+            return f"entry {name!r}: must map a label value to a non-empty list of steps"
+        for step in steps:
+            if step not in STEPS:
+                return f"entry {name!r}: step {step!r} is not one of {', '.join(STEPS)}"
+            if step == "drain":
+                return f"entry {name!r}: step 'drain' is not implemented yet"
+        if len(set(steps)) != len(steps):
+            return f"entry {name!r}: a step is listed twice"
+    return None
+
+
+def _url(value: str) -> str | None:
+    return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
+
+
+SCHEMA: dict[str, Key] = {
+    "listen": Key(str, "0.0.0.0:9446", "HOST:PORT of the webhook receiver", _listen),
+    "db_path": Key(str, "/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)"),
+    "log_level": Key(str, "info", "logging threshold", allowed=("debug", "info", "warning", "error")),
+    "auth.token_file": Key((str, type(None)), None, "file holding the bearer token Alertmanager sends"),
+    "auth.basic_file": Key((str, type(None)), None, "file holding USER:PASSWORD for basic auth"),
+    "max_body_bytes": Key(int, 1 << 20, "larger webhook bodies are refused with 413", _between(1024, 64 << 20)),
+    "dry_run": Key(bool, False, "journal what would be done, change nothing"),
+    "action_delay_seconds": Key((int, float), 0.0, "wait this long after an alert arrives before acting",
+                                _between(0, 86400)),
+    "worker_interval_seconds": Key((int, float), 1.0, "seconds between journal polls of the worker",
+                                   _between(0.01, 60)),
+    "node_label": Key(str, "node", "alert label naming the Kubernetes node"),
+    "gpu_label": Key(str, "gpu_uuid", "alert label with the GPU UUID(s), comma-separated"),
+    "fault_label": Key(str, "alertname", "alert label describing the fault"),
+    "action_label": Key(str, "action", "alert label choosing the ladder"),
+    "ladders": Key(dict, {"replace_node": ["cordon", "taint", "replace"], "cordon": ["cordon"]},
+                   "action label value -> ordered steps (cordon, taint, replace)", _ladders),
+    "taint_key": Key(str, "runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step"),
+    "kubernetes.kubeconfig": Key((str, type(None)), None, "kubeconfig file (None: in-cluster service account)"),
+    "kubernetes.context": Key((str, type(None)), None, "kubeconfig context (None: the current one)"),
+    "replacement.url": Key((str, type(None)), None, "node replacement webhook (POST JSON)", _url),
+    "replacement.body_template": Key(dict, DEFAULT_TEMPLATE,
+                                     "JSON body; {node} {gpu_uuids} {fault} {fingerprint} {starts_at} are filled in"),
+    "replacement.token_file": Key((str, type(None)), None, "file with a bearer token for the replacement webhook"),
+    "replacement.timeout_seconds": Key((int, float), 10.0, "deadline of one replacement call", _between(0.1, 300)),
+    "replacement.max_attempts": Key(int, 5, "calls before the step is failed (5xx, timeouts)", _between(1, 100)),
+    "replacement.backoff_seconds": Key((int, float), 1.0, "first retry delay, doubled each time",
+                                       _between(0, 600)),
+    "breaker.max_nodes": Key(int, 3, "more distinct nodes actioned within the window opens the breaker",
+                             _between(1, 100_000)),
+    "breaker.max_percent": Key((int, float), 10.0, "more than this % of nodes actioned opens the breaker",
+                               _between(0, 100)),
+    "breaker.window_seconds": Key((int, float), 3600.0, "the breaker's window", _between(1, 30 * 86400)),
+    "cooldown_seconds": Key((int, float), 3600.0, "a node actioned for one alert is left alone this long for others",
+                            _between(0, 30 * 86400)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationConfig:
+    """Validated configuration; attribute names are the dotted keys with '.' → '_'."""
+
+    listen: str
+    db_path: str
+    log_level: str
+    auth_token_file: str | None
+    auth_basic_file: str | None
+    max_body_bytes: int
+    dry_run: bool
+    action_delay_seconds: float
+    worker_interval_seconds: float
+    node_label: str
+    gpu_label: str
+    fault_label: str
+    action_label: str
+    ladders: Mapping[str, list[str]]
+    taint_key: str
+    kubernetes_kubeconfig: str | None
+    kubernetes_context: str | None
+    replacement_url: str | None
+    replacement_body_template: Mapping[str, Any]
+    replacement_token_file: str | None
+    replacement_timeout_seconds: float
+    replacement_max_attempts: int
+    replacement_backoff_seconds: float
+    breaker_max_nodes: int
+    breaker_max_percent: float
+    breaker_window_seconds: float
+    cooldown_seconds: float
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and key not in SCHEMA:
+            flat.update(_flatten(value, f"{key}."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def _validate(key: str, value: Any) -> Any:
+    spec = SCHEMA.get(key)
+    if spec is None:
+        raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(SCHEMA))}")
+    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ConfigError(f"{key}: must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}")
+    if spec.allowed is not None and value not in spec.allowed:
+        raise ConfigError(f"{key}: must be one of {', '.join(map(str, spec.allowed))}, got {value!r}")
+    if spec.check is not None and value is not None:
+        problem = spec.check(value)
+        if problem:
+            raise ConfigError(f"{key}: {problem}, got {value!r}")
+    return value
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RemediationConfig:
+    """Read the YAML file (if any), apply overrides (dotted keys), validate."""
+    values = {key: spec.default for key, spec in SCHEMA.items()}
+    data: Any = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as error:
+            raise ConfigError(f"--config: cannot read {path}: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from error
+        if not isinstance(data, dict):
+            raise ConfigError(f"--config: {path} must hold a mapping at the top level")
+    merged = {**_flatten(data), **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    for key, value in merged.items():
+        values[key] = _validate(key, value)
+    if values["auth.token_file"] is None and values["auth.basic_file"] is None:
+        raise ConfigError("auth.token_file: set it or auth.basic_file; the receiver never runs without auth")
+    return RemediationConfig(**{key.replace(".", "_"): value for key, value in values.items()})

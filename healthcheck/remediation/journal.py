@@ -1,0 +1,269 @@
+"""The remediation journal: SQLite in WAL mode with synchronous=FULL.
+
+An alert is recorded and its actions enqueued in one transaction before the HTTP answer; an alert
+seen again with the same (fingerprint, startsAt, status) changes nothing. Pending actions are
+found again after a restart. Each action's outcome is written in the same transaction that marks
+it done, failed or skipped. Methods are blocking: call them from an executor thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .payload import Alert
+
+STATES = ("pending", "done", "failed", "skipped")
+DISRUPTIVE = ("cordon", "taint", "drain", "replace")
+UNDO = {"cordon": "uncordon", "taint": "untaint"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    fingerprint TEXT NOT NULL,
+    starts_at TEXT NOT NULL,
+    status TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    UNIQUE (fingerprint, starts_at)
+);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fingerprint TEXT NOT NULL,
+    starts_at TEXT NOT NULL,
+    node TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'failed', 'skipped')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    result TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_state ON actions (state, id);
+CREATE TABLE IF NOT EXISTS breaker (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    open INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    changed_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    id: int
+    fingerprint: str
+    starts_at: str
+    node: str
+    kind: str
+    state: str
+    attempts: int
+    idempotency_key: str
+    result: Any
+    created_at: float
+    updated_at: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "fingerprint": self.fingerprint, "startsAt": self.starts_at, "node": self.node,
+            "kind": self.kind, "state": self.state, "attempts": self.attempts,
+            "idempotencyKey": self.idempotency_key, "result": self.result,
+            "createdAt": self.created_at, "updatedAt": self.updated_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    new: int
+    duplicates: int
+    actions: int
+
+
+# plan(alert) -> (node, steps) or None when the alert asks for nothing
+Planner = Callable[[Alert], "tuple[str, list[str]] | None"]
+
+
+def idempotency_key(fingerprint: str, starts_at: str, node: str, kind: str) -> str:
+    digest = hashlib.sha256(f"{fingerprint}\0{starts_at}\0{node}\0{kind}".encode()).hexdigest()
+    return f"rk-{digest[:32]}"
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def reset_breaker(path: str | Path, now: float, who: str = "operator") -> bool:
+    """Close the circuit breaker (a person's decision). Returns whether it was open."""
+    conn = connect(path)
+    try:
+        with _tx(conn):
+            row = conn.execute("SELECT open FROM breaker WHERE id = 1").fetchone()
+            conn.execute("INSERT OR REPLACE INTO breaker (id, open, reason, changed_at) VALUES (1, 0, ?, ?)",
+                         (f"reset by {who}", now))
+        return bool(row and row[0])
+    finally:
+        conn.close()
+
+
+class _tx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind, value, tb) -> None:
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _action(row: Iterable[Any]) -> Action:
+    values = list(row)
+    values[8] = json.loads(values[8]) if values[8] is not None else None
+    return Action(*values)
+
+
+_COLUMNS = ("id, fingerprint, starts_at, node, kind, state, attempts, idempotency_key, result, "
+            "created_at, updated_at")
+
+
+class Journal:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._conn = connect(path)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def receive(self, alerts: Iterable[Alert], plan: Planner, now: float) -> Received:
+        """Record the alerts and enqueue their actions in ONE transaction (committed on return)."""
+        new = duplicates = enqueued = 0
+        with self._lock, _tx(self._conn) as conn:
+            for alert in alerts:
+                key = (alert.fingerprint, alert.starts_at)
+                row = conn.execute("SELECT status FROM alerts WHERE fingerprint = ? AND starts_at = ?", key).fetchone()
+                if row is not None and (row[0] == alert.status or row[0] == "resolved"):
+                    duplicates += 1
+                    continue
+                new += 1
+                planned = plan(alert)
+                if row is None:
+                    conn.execute("INSERT INTO alerts VALUES (?, ?, ?, ?, ?)",
+                                 (*key, alert.status, json.dumps(dict(alert.labels), sort_keys=True), now))
+                else:
+                    conn.execute("UPDATE alerts SET status = ? WHERE fingerprint = ? AND starts_at = ?",
+                                 (alert.status, *key))
+                if alert.status == "firing":
+                    steps = planned[1] if planned else []
+                else:  # resolved: undo only what this alert's ladder did; skip what never ran
+                    conn.execute("UPDATE actions SET state = 'skipped', result = ?, updated_at = ? "
+                                 "WHERE fingerprint = ? AND starts_at = ? AND state = 'pending'",
+                                 (json.dumps({"reason": "alert resolved before the step ran"}), now, *key))
+                    done = {r[0] for r in conn.execute(
+                        "SELECT kind FROM actions WHERE fingerprint = ? AND starts_at = ?", key)}
+                    steps = [UNDO[k] for k in ("taint", "cordon") if k in done]
+                for step in steps:
+                    node = planned[0] if planned else ""
+                    conn.execute(
+                        "INSERT OR IGNORE INTO actions (fingerprint, starts_at, node, kind, state, attempts, "
+                        "idempotency_key, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
+                        (*key, node, step, idempotency_key(*key, node, step), now, now))
+                    enqueued += 1
+        return Received(new, duplicates, enqueued)
+
+    def pending(self, limit: int = 100) -> list[Action]:
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {_COLUMNS} FROM actions WHERE state = 'pending' ORDER BY id LIMIT ?",
+                                      (limit,)).fetchall()
+        return [_action(r) for r in rows]
+
+    def alert(self, fingerprint: str, starts_at: str) -> tuple[float, dict[str, str]] | None:
+        """(received_at, labels) of a journaled alert."""
+        with self._lock:
+            row = self._conn.execute("SELECT received_at, labels FROM alerts WHERE fingerprint = ? AND starts_at = ?",
+                                     (fingerprint, starts_at)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def siblings(self, action: Action) -> list[Action]:
+        """All actions of the same alert, in ladder order."""
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {_COLUMNS} FROM actions WHERE fingerprint = ? AND starts_at = ? "
+                                      "ORDER BY id", (action.fingerprint, action.starts_at)).fetchall()
+        return [_action(r) for r in rows]
+
+    def begin_attempt(self, action_id: int, now: float) -> None:
+        with self._lock, _tx(self._conn) as conn:
+            conn.execute("UPDATE actions SET attempts = attempts + 1, updated_at = ? WHERE id = ?", (now, action_id))
+
+    def finish(self, action_id: int, state: str, result: Any, now: float) -> bool:
+        """Mark a pending action done/failed/skipped with its result; False if it was no longer pending."""
+        assert state in STATES and state != "pending"
+        with self._lock, _tx(self._conn) as conn:
+            cursor = conn.execute("UPDATE actions SET state = ?, result = ?, updated_at = ? "
+                                  "WHERE id = ? AND state = 'pending'",
+                                  (state, json.dumps(result, sort_keys=True), now, action_id))
+            return cursor.rowcount == 1
+
+    def actioned(self, since: float) -> list[tuple[str, float]]:
+        """(node, time) of disruptive actions done (not dry-run) since ``since`` — for the breaker."""
+        marks = ",".join("?" * len(DISRUPTIVE))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT node, updated_at, result FROM actions WHERE state = 'done' AND kind IN ({marks}) "
+                "AND updated_at >= ?", (*DISRUPTIVE, since)).fetchall()
+        return [(node, at) for node, at, result in rows if not json.loads(result or "{}").get("dry_run")]
+
+    def last_other_alert_at(self, node: str, fingerprint: str, starts_at: str) -> float | None:
+        marks = ",".join("?" * len(DISRUPTIVE))
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT MAX(updated_at) FROM actions WHERE node = ? AND state = 'done' AND kind IN ({marks}) "
+                "AND NOT (fingerprint = ? AND starts_at = ?)", (node, *DISRUPTIVE, fingerprint, starts_at)).fetchone()
+        return row[0] if row else None
+
+    def node_held_by_other(self, node: str, fingerprint: str, starts_at: str, kind: str) -> bool:
+        """Does another still-firing alert hold ``kind`` (cordon/taint) on this node?"""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM actions a JOIN alerts l ON a.fingerprint = l.fingerprint AND a.starts_at = l.starts_at "
+                "WHERE a.node = ? AND a.kind = ? AND a.state = 'done' AND l.status = 'firing' "
+                "AND NOT (a.fingerprint = ? AND a.starts_at = ?) LIMIT 1",
+                (node, kind, fingerprint, starts_at)).fetchone()
+        return row is not None
+
+    def breaker_state(self) -> tuple[bool, str]:
+        with self._lock:
+            row = self._conn.execute("SELECT open, reason FROM breaker WHERE id = 1").fetchone()
+        return (bool(row[0]), row[1]) if row else (False, "")
+
+    def open_breaker(self, reason: str, now: float) -> None:
+        with self._lock, _tx(self._conn) as conn:
+            conn.execute("INSERT OR REPLACE INTO breaker (id, open, reason, changed_at) VALUES (1, 1, ?, ?)",
+                         (reason, now))
+
+    def actions(self, limit: int = 1000) -> list[Action]:
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {_COLUMNS} FROM actions ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [_action(r) for r in rows]
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            rows = self._conn.execute("SELECT kind, state, COUNT(*) FROM actions GROUP BY kind, state").fetchall()
+        return {(kind, state): n for kind, state, n in rows}
+
+    def snapshot(self) -> tuple[int, int]:
+        """(alerts rows, actions rows) — tests use it to prove a request changed nothing."""
+        with self._lock:
+            return (self._conn.execute("SELECT COUNT(*) FROM alerts").fetchone()[0],
+                    self._conn.execute("SELECT COUNT(*) FROM actions").fetchone()[0])

@@ -1,0 +1,243 @@
+"""The webhook receiver (aiohttp) and the worker that executes journaled actions.
+
+``POST /api/v1/alerts`` answers 200 only after the journal commit; any 4xx journals nothing.
+The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
+transaction that marks it done. The replacement call carries the action's idempotency key, so a
+crash between the call and the commit leads to a retry the receiver can recognise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import logging
+import time
+from collections import Counter
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+import aiohttp
+from aiohttp import web
+
+from . import actions as steps_module
+from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
+from .config import RemediationConfig
+from .journal import DISRUPTIVE, Action, Journal
+from .kube import KubernetesNodeApi, NodeApi
+from .payload import PayloadError, parse
+
+log = logging.getLogger(__name__)
+
+JOURNAL = web.AppKey("journal", Journal)
+CONFIG = web.AppKey("config", RemediationConfig)
+COUNTERS = web.AppKey("counters", Counter)
+CREDENTIALS = web.AppKey("credentials", tuple)
+
+
+def read_credentials(config: RemediationConfig) -> tuple[str | None, str | None]:
+    token = Path(config.auth_token_file).read_text().strip() if config.auth_token_file else None
+    basic = Path(config.auth_basic_file).read_text().strip() if config.auth_basic_file else None
+    if token == "" or (basic is not None and ":" not in basic):
+        raise ValueError("auth: the token file is empty or the basic file is not USER:PASSWORD")
+    return token, basic
+
+
+def authorized(header: str | None, token: str | None, basic: str | None) -> bool:
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer" and token is not None:
+        return hmac.compare_digest(value.encode(), token.encode())
+    if scheme.lower() == "basic" and basic is not None:
+        try:
+            decoded = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        return hmac.compare_digest(decoded, basic.encode())
+    return False
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def post_alerts(request: web.Request) -> web.Response:
+    config, counters = request.app[CONFIG], request.app[COUNTERS]
+    if not authorized(request.headers.get("Authorization"), *request.app[CREDENTIALS]):
+        counters["rejected_401"] += 1
+        return web.json_response({"error": "missing or wrong credentials"}, status=401,
+                                 headers={"WWW-Authenticate": 'Bearer realm="runtimekit", Basic realm="runtimekit"'})
+    if request.content_length is not None and request.content_length > config.max_body_bytes:
+        counters["rejected_413"] += 1
+        return _error(413, f"body larger than {config.max_body_bytes} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        counters["rejected_413"] += 1
+        return _error(413, f"body larger than {config.max_body_bytes} bytes")
+    try:
+        notification = parse(json.loads(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        counters["rejected_400"] += 1
+        return _error(400, f"body: not valid JSON ({type(error).__name__})")
+    except PayloadError as error:
+        counters["rejected_400"] += 1
+        return _error(400, str(error))
+    journal = request.app[JOURNAL]
+    received = await asyncio.to_thread(journal.receive, notification.alerts,
+                                       lambda alert: steps_module.plan(config, alert), time.time())
+    counters["alerts_received"] += received.new
+    counters["alerts_duplicate"] += received.duplicates
+    if notification.truncated_alerts:
+        log.warning("Alertmanager truncated %d alerts from group %s", notification.truncated_alerts,
+                    notification.group_key)
+    return web.json_response({"new": received.new, "duplicates": received.duplicates, "actions": received.actions})
+
+
+async def get_actions(request: web.Request) -> web.Response:
+    rows = await asyncio.to_thread(request.app[JOURNAL].actions)
+    return web.json_response([a.as_json() for a in rows])
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    journal, counters = request.app[JOURNAL], request.app[COUNTERS]
+    counts = await asyncio.to_thread(journal.counts)
+    is_open, _ = await asyncio.to_thread(journal.breaker_state)
+    lines = [
+        "# HELP runtimekit_remediation_alerts_received_total Alerts journaled (new or changed status).",
+        "# TYPE runtimekit_remediation_alerts_received_total counter",
+        f"runtimekit_remediation_alerts_received_total {counters['alerts_received']}",
+        "# HELP runtimekit_remediation_alerts_duplicate_total Alerts already journaled (same fingerprint, startsAt, status).",
+        "# TYPE runtimekit_remediation_alerts_duplicate_total counter",
+        f"runtimekit_remediation_alerts_duplicate_total {counters['alerts_duplicate']}",
+        "# HELP runtimekit_remediation_requests_rejected_total Webhook requests refused, by HTTP status.",
+        "# TYPE runtimekit_remediation_requests_rejected_total counter",
+        *(f'runtimekit_remediation_requests_rejected_total{{code="{c}"}} {counters[f"rejected_{c}"]}'
+          for c in (400, 401, 413)),
+        "# HELP runtimekit_remediation_actions Journaled actions by kind and state (read from the journal).",
+        "# TYPE runtimekit_remediation_actions gauge",
+        *(f'runtimekit_remediation_actions{{kind="{k}",state="{s}"}} {n}' for (k, s), n in sorted(counts.items())),
+        "# HELP runtimekit_remediation_breaker_open 1 while the circuit breaker is open.",
+        "# TYPE runtimekit_remediation_breaker_open gauge",
+        f"runtimekit_remediation_breaker_open {int(is_open)}",
+    ]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+class Worker:
+    """Executes pending actions in ladder order; one action at a time."""
+
+    def __init__(self, config: RemediationConfig, journal: Journal, steps: steps_module.Steps,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config, self.journal, self.steps, self.clock = config, journal, steps, clock
+        self.policy = BreakerPolicy(config.breaker_max_nodes, config.breaker_max_percent,
+                                    config.breaker_window_seconds)
+
+    async def run_once(self) -> int:
+        """Run every pending action that is due; returns how many were finished."""
+        finished = 0
+        for action in await asyncio.to_thread(self.journal.pending):
+            alert = await asyncio.to_thread(self.journal.alert, action.fingerprint, action.starts_at)
+            received_at, labels = alert if alert else (action.created_at, {})
+            if self.clock() < received_at + self.config.action_delay_seconds:
+                continue
+            state, result = await self._execute(action, labels)
+            if await asyncio.to_thread(self.journal.finish, action.id, state, result, self.clock()):
+                finished += 1
+                log.info("action %s %s on %s: %s", action.id, action.kind, action.node, state)
+        return finished
+
+    async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, object]:
+        siblings = await asyncio.to_thread(self.journal.siblings, action)
+        earlier = [a for a in siblings if a.id < action.id and a.kind in DISRUPTIVE]
+        if any(a.state in ("failed", "skipped") for a in earlier):
+            return "skipped", {"reason": "an earlier step of this alert did not complete"}
+        if action.kind in DISRUPTIVE:
+            now = self.clock()
+            gate = await self._gate(action, now)
+            if gate is not None:
+                return "skipped", {"reason": gate}
+        if self.config.dry_run:
+            return "skipped", steps_module.dry_run_result(self.config, action, labels)
+        await asyncio.to_thread(self.journal.begin_attempt, action.id, self.clock())
+        try:
+            return "done", await self.steps.run(action, labels, siblings)
+        except steps_module.StepFailed as error:
+            return "failed", {"error": str(error)}
+        except Exception as error:  # the Kubernetes API refused, say; journaled, never retried blindly
+            log.exception("action %s %s on %s failed", action.id, action.kind, action.node)
+            return "failed", {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+
+    async def _gate(self, action: Action, now: float) -> str | None:
+        is_open, _ = await asyncio.to_thread(self.journal.breaker_state)
+        last = await asyncio.to_thread(self.journal.last_other_alert_at, action.node, action.fingerprint,
+                                       action.starts_at)
+        cooldown = cooldown_verdict(last, now, self.config.cooldown_seconds)
+        if not cooldown.allowed:
+            return cooldown.reason
+        actioned = await asyncio.to_thread(self.journal.actioned, now - self.policy.window_seconds)
+        total = 0 if is_open else await self.steps.nodes.count_nodes()
+        verdict = breaker_verdict(self.policy, action.node, now, actioned, total, is_open)
+        if verdict.opens_breaker:
+            await asyncio.to_thread(self.journal.open_breaker, verdict.reason, now)
+            log.error("%s", verdict.reason)
+        return None if verdict.allowed else verdict.reason
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("remediation worker cycle failed")
+            await asyncio.sleep(self.config.worker_interval_seconds)
+
+
+def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.Application:
+    """The receiver app; ``nodes`` replaces the Kubernetes client (tests)."""
+    credentials = read_credentials(config)
+    app = web.Application(client_max_size=config.max_body_bytes)
+    app[CONFIG] = config
+    app[COUNTERS] = Counter()
+    app[CREDENTIALS] = credentials
+
+    @asynccontextmanager
+    async def journal_context(app: web.Application) -> AsyncIterator[None]:
+        app[JOURNAL] = Journal(config.db_path)
+        try:
+            yield
+        finally:
+            app[JOURNAL].close()
+
+    @asynccontextmanager
+    async def worker_context(app: web.Application) -> AsyncIterator[None]:
+        node_api = nodes or KubernetesNodeApi(config.kubernetes_kubeconfig, config.kubernetes_context)
+        token = (Path(config.replacement_token_file).read_text().strip()
+                 if config.replacement_token_file else None)
+        async with aiohttp.ClientSession() as session:
+            worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, token))
+            task = asyncio.create_task(worker.loop(), name="remediation-worker")
+            try:
+                yield
+            finally:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+
+    app.cleanup_ctx.append(journal_context)
+    app.cleanup_ctx.append(worker_context)
+    app.router.add_post("/api/v1/alerts", post_alerts)
+    app.router.add_get("/api/v1/actions", get_actions)
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", healthz)
+    return app

@@ -1,0 +1,85 @@
+import asyncio
+import json
+
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import alert_body, write_config
+from healthcheck.remediation.config import load
+from healthcheck.remediation.server import JOURNAL, make_app
+
+AUTH = {"Authorization": "Bearer s3cret"}
+
+
+async def _client(tmp_path, url, **extra):
+    app = make_app(load(write_config(tmp_path, url, **extra)))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    return client, app
+
+
+async def test_rejections_leave_journal_unchanged(fakes, tmp_path):
+    client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
+    try:
+        cases = [
+            ({}, json.dumps(alert_body()), 401),
+            ({"Authorization": "Bearer wrong"}, json.dumps(alert_body()), 401),
+            (AUTH, "{not json", 400),
+            (AUTH, json.dumps({"version": "4"}), 400),
+            (AUTH, "x" * (2 << 20), 413),
+        ]
+        for headers, body, status in cases:
+            resp = await client.post("/api/v1/alerts", data=body, headers=headers)
+            assert resp.status == status
+        assert app[JOURNAL].snapshot() == (0, 0)
+    finally:
+        await client.close()
+
+
+async def test_one_alert_three_times_one_replacement(fakes, tmp_path):
+    kube, repl, url = fakes
+    client, app = await _client(tmp_path, url)
+    try:
+        for _ in range(3):
+            assert (await client.post("/api/v1/alerts", json=alert_body(), headers=AUTH)).status == 200
+        for _ in range(100):
+            if len(repl.calls) and not app[JOURNAL].pending():
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        assert len(repl.calls) == 1
+        key, body = repl.calls[0]
+        assert key.startswith("rk-") and body["node"] == "gpu-1" and body["gpu_uuids"] == ["GPU-a", "GPU-b"]
+        node = kube.nodes["gpu-1"]["spec"]
+        assert node["unschedulable"] is True
+        assert node["taints"] == [{"key": "runtimekit.io/gpu-unhealthy", "value": "true", "effect": "NoSchedule"}]
+        actions = await (await client.get("/api/v1/actions")).json()
+        assert sorted((a["kind"], a["state"]) for a in actions) == [("cordon", "done"), ("replace", "done"),
+                                                                  ("taint", "done")]
+        metrics = await (await client.get("/metrics")).text()
+        assert "runtimekit_remediation_alerts_duplicate_total 2" in metrics
+    finally:
+        await client.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
+                      st.dictionaries(st.text(max_size=10), st.integers() | st.text(max_size=5)).map(
+                          lambda d: json.dumps(d).encode())),
+       auth=st.sampled_from([None, "Bearer s3cret", "Bearer nope", "Basic !!", "Bearer"]))
+def test_fuzz_never_journals_on_4xx(tmp_path_factory, body, auth):
+    async def go():
+        tmp = tmp_path_factory.mktemp("fz")
+        (tmp / "token").write_text("s3cret")
+        (tmp / "kubeconfig").write_text("{}")
+        app = make_app(load(write_config(tmp, "http://127.0.0.1:9/x", action_delay_seconds=3600)), nodes=object())
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            resp = await client.post("/api/v1/alerts", data=body, headers={"Authorization": auth} if auth else {})
+            assert 400 <= resp.status < 500 or resp.status == 200
+            if resp.status != 200:
+                assert app[JOURNAL].snapshot() == (0, 0)
+        finally:
+            await client.close()
+    asyncio.run(go())

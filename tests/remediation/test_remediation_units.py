@@ -1,0 +1,116 @@
+import copy
+
+import pytest
+
+from conftest import alert_body
+from healthcheck.remediation.breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
+from healthcheck.remediation.journal import Journal, reset_breaker
+from healthcheck.remediation.payload import PayloadError, parse
+
+
+def _mutate(path, value):
+    body = alert_body()
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("version",), "3", "version: must be \"4\""),
+    (("version",), KeyError, "version: required"),
+    (("status",), "pending", "status: must be one of"),
+    (("alerts",), {}, "alerts: must be list"),
+    (("receiver",), 3, "receiver: must be str"),
+    (("groupKey",), KeyError, "groupKey: required"),
+    (("alerts", 0, "fingerprint"), "", "alerts[0].fingerprint"),
+    (("alerts", 0, "startsAt"), "yesterday", "alerts[0].startsAt: must be an RFC 3339"),
+    (("alerts", 0, "labels"), {"a": 1}, "alerts[0].labels.a: must be a string"),
+    (("alerts", 0, "status"), "x", "alerts[0].status"),
+    (("truncatedAlerts",), True, "truncatedAlerts: must be int"),
+])
+def test_payload_rejects(path, value, message):
+    with pytest.raises(PayloadError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse(_mutate(path, value))
+
+
+def test_payload_accepts_and_ignores_unknown():
+    n = parse(alert_body())
+    assert n.version == "4" and n.alerts[0].labels["node"] == "gpu-1" and n.alerts[0].fingerprint == "fp1"
+    with pytest.raises(Exception):
+        n.alerts[0].status = "resolved"  # frozen
+
+
+def _plan(alert):
+    return alert.labels["node"], ["cordon", "taint", "replace"]
+
+
+def test_journal_dedupe_and_restart(tmp_path):
+    db = tmp_path / "j.db"
+    j = Journal(db)
+    alerts = parse(alert_body()).alerts
+    r1 = j.receive(alerts, _plan, 1.0)
+    assert (r1.new, r1.actions) == (1, 3)
+    before = j.actions()
+    r2 = j.receive(alerts, _plan, 2.0)
+    assert (r2.new, r2.duplicates, r2.actions) == (0, 1, 0)
+    assert j.actions() == before
+    assert j.snapshot() == (1, 3)
+    assert j.finish(before[-1].id, "done", {"ok": True}, 3.0)  # the cordon (lowest id is last in DESC order)
+    assert not j.finish(before[-1].id, "done", {"ok": True}, 3.0)  # exactly once
+    j.close()
+    j2 = Journal(db)  # a restart finds the rest
+    assert [a.kind for a in j2.pending()] == ["taint", "replace"]
+    assert j2.snapshot() == (1, 3)
+    with j2._conn:
+        assert j2._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_journal_resolved_undoes_only_started_steps(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    j.receive(parse(alert_body()).alerts, _plan, 1.0)
+    cordon = j.pending()[0]
+    j.finish(cordon.id, "done", {"cordoned_by_us": True}, 2.0)
+    r = j.receive(parse(alert_body(status="resolved")).alerts, _plan, 3.0)
+    assert r.new == 1
+    kinds = {(a.kind, a.state) for a in j.actions()}
+    assert ("taint", "skipped") in kinds and ("replace", "skipped") in kinds
+    assert [a.kind for a in j.pending()] == ["untaint", "uncordon"]
+    assert j.receive(parse(alert_body(status="resolved")).alerts, _plan, 4.0).duplicates == 1
+    assert j.receive(parse(alert_body()).alerts, _plan, 5.0).duplicates == 1  # a late firing re-send changes nothing
+
+
+POLICY = BreakerPolicy(max_nodes=2, max_percent=50, window_seconds=100)
+
+
+@pytest.mark.parametrize("node,actioned,total,is_open,allowed,opens", [
+    ("a", [], 10, False, True, False),
+    ("a", [("b", 50)], 10, False, True, False),
+    ("a", [("b", 50), ("c", 60)], 10, False, False, True),  # a third node > max_nodes 2
+    ("b", [("b", 50), ("c", 60)], 10, False, True, False),  # continuing a node's ladder adds nothing
+    ("a", [("b", -10), ("c", -20)], 10, False, True, False),  # outside the window
+    ("a", [("b", 90)], 3, False, False, True),  # 2 of 3 = 67 % > 50 %
+    ("a", [], 10, True, False, False),  # open stays open
+])
+def test_breaker(node, actioned, total, is_open, allowed, opens):
+    v = breaker_verdict(POLICY, node, 100, actioned, total, is_open)
+    assert (v.allowed, v.opens_breaker) == (allowed, opens)
+
+
+@pytest.mark.parametrize("last,now,cooldown,allowed", [
+    (None, 100, 60, True), (50, 100, 60, False), (40, 100, 60, True), (99, 100, 0, True),
+])
+def test_cooldown(last, now, cooldown, allowed):
+    assert cooldown_verdict(last, now, cooldown).allowed is allowed
+
+
+def test_reset_breaker(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    j.open_breaker("too many", 1.0)
+    assert j.breaker_state()[0]
+    assert reset_breaker(tmp_path / "j.db", 2.0) is True
+    assert j.breaker_state() == (False, "reset by operator")
