@@ -1,5 +1,4 @@
-import copy
-
+"""The remediation service's logic, table by table: payloads, the journal, the breaker and the cooldown."""
 import pytest
 
 from conftest import alert_body
