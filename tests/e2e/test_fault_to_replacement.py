@@ -1,0 +1,151 @@
+"""From a fatal GPU fault to one spare-node request, with real Prometheus and Alertmanager.
+
+Real processes on loopback: the agent on the simulated dgx-h100 node, Debian's ``prometheus``
+(scrape and rule evaluation every 1 s, loading alerts/runtimekit.rules.yml), Debian's
+``prometheus-alertmanager`` (routing as deploy/alertmanager/alertmanager.yml does, re-sending every
+2 s so that duplicates happen), and ``runtimekit remediate serve``. The Kubernetes API server
+cannot run here: a small fake (tests/kube_fakes.py) validates node PATCHes as the real one does.
+
+XID 79 on GPU 3 must end with the node cordoned and tainted and exactly one call to the spare-node
+endpoint although Alertmanager re-sends; an application XID (13) must trigger nothing. The
+fault-to-replacement latency is printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from runtimekit.sim.client import inject_remote
+from tests.agent_process import ROOT, free_port, start_agent
+from tests.kube_fakes import FakeKube, FakeReplacement, serve
+
+NODE = "gpu-1"  # the Kubernetes node the agent runs on (a target label added by the scrape)
+TOKEN = "e2e-token"
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name) or f"/usr/bin/{name}"
+    assert Path(found).exists(), f"{name} is not installed (scripts/test installs it)"
+    return found
+
+
+def spawn(command: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+
+
+async def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"{url} did not come up")
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    kube, replacement = FakeKube(), FakeReplacement()
+    kube_runner, kube_url = await serve(kube.app)
+    replacement_runner, replacement_url = await serve(replacement.app)
+    (tmp_path / "kubeconfig").write_text(kube.kubeconfig(kube_url))
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    processes: list[subprocess.Popen] = []
+    agent = start_agent(tmp_path, "--sim", "dgx-h100", "--interval", "1", "--seed", "11")
+    try:
+        remediation_port = free_port()
+        (tmp_path / "remediation.yaml").write_text(yaml.safe_dump({
+            "listen": f"127.0.0.1:{remediation_port}", "db_path": str(tmp_path / "journal.db"),
+            "auth": {"token_file": str(tmp_path / "token")},
+            "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig")},
+            "replacement": {"url": replacement_url + "/replace", "backoff_seconds": 0.05},
+            "worker_interval_seconds": 0.1,
+            "breaker": {"max_nodes": 2, "max_percent": 50},  # a 4-node test cluster: one node is 25 %
+            "ladders": {"reboot_node": ["cordon", "taint", "replace"], "replace_node": ["cordon", "taint", "replace"]},
+        }))
+        processes.append(spawn([sys.executable, "-m", "runtimekit.cli", "remediate", "serve", "--config",
+                                str(tmp_path / "remediation.yaml")], tmp_path / "remediation.log"))
+        await wait_http(f"http://127.0.0.1:{remediation_port}/healthz")
+
+        am_port = free_port()
+        shipped = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+        webhook = shipped["receivers"][1]["webhook_configs"][0]
+        webhook["url"] = f"http://127.0.0.1:{remediation_port}/api/v1/alerts"
+        webhook["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "token")
+        shipped["route"].update(group_wait="0s", group_interval="1s", repeat_interval="2s")
+        shipped["route"]["routes"][0].update(group_wait="0s")
+        (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(shipped))
+        processes.append(spawn([binary("prometheus-alertmanager"), f"--config.file={tmp_path / 'alertmanager.yml'}",
+                                f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                                "--cluster.listen-address="], tmp_path / "alertmanager.log"))
+        await wait_http(f"http://127.0.0.1:{am_port}/-/ready")
+
+        prometheus_port = free_port()
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ROOT / "alerts" / "runtimekit.rules.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+            "scrape_configs": [{"job_name": "runtimekit", "honor_labels": True, "static_configs": [
+                {"targets": [agent.url.removeprefix("http://")], "labels": {"node": NODE}}]}],
+        }))
+        processes.append(spawn([binary("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                f"--web.listen-address=127.0.0.1:{prometheus_port}"], tmp_path / "prometheus.log"))
+        await wait_http(f"http://127.0.0.1:{prometheus_port}/-/ready")
+        await asyncio.sleep(3)  # a few scrapes and evaluations of a healthy node
+        yield agent, kube, replacement, tmp_path, f"http://127.0.0.1:{remediation_port}"
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        agent.stop()
+        await kube_runner.cleanup()
+        await replacement_runner.cleanup()
+
+
+async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
+    agent, kube, replacement, folder, remediation = cluster
+
+    inject_remote(agent.url, 2, "xid", {"xid": 13})  # an application error: nothing may happen
+    await asyncio.sleep(6)
+    assert replacement.calls == []
+    assert not kube.nodes[NODE]["spec"].get("unschedulable")
+
+    injected = time.monotonic()
+    inject_remote(agent.url, 3, "xid", {"xid": 79})
+    deadline = injected + 30
+    while not replacement.calls and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    latency = time.monotonic() - injected
+    if not replacement.calls:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(remediation + "/api/v1/actions") as response:
+                actions = await response.text()
+        raise AssertionError(f"no replacement call; actions: {actions[-3000:]}")
+    print(f"\nfault-to-replacement latency: {latency:.2f} s (1 s scrape and evaluation intervals)")
+
+    await asyncio.sleep(8)  # Alertmanager re-sends every 2 s: still one request
+    assert len(replacement.calls) == 1
+    key, body = replacement.calls[0]
+    assert key and NODE in str(body)
+    node = kube.nodes[NODE]
+    assert node["spec"]["unschedulable"] is True
+    assert any(t["key"] == "runtimekit.io/gpu-unhealthy" for t in node["spec"].get("taints", []))
+    assert latency <= 10.0, f"fault-to-replacement took {latency:.2f} s"
