@@ -70,7 +70,10 @@ SCHEMA: dict[str, Key] = {
     "gpu_label": Key(str, "gpu_uuid", "alert label with the GPU UUID(s), comma-separated"),
     "fault_label": Key(str, "alertname", "alert label describing the fault"),
     "action_label": Key(str, "action", "alert label choosing the ladder"),
-    "ladders": Key(dict, {"replace_node": ["cordon", "taint", "replace"], "cordon": ["cordon"]},
+    # A GPU that needs the node rebooted (XID 79, lost cards) takes the node out of service as one
+    # that needs replacing does: the spare is requested now, the broken node is repaired offline.
+    "ladders": Key(dict, {"replace_node": ["cordon", "taint", "replace"], "reboot_node": ["cordon", "taint", "replace"],
+                          "cordon": ["cordon"]},
                    "action label value -> ordered steps (cordon, taint, replace)", _ladders),
     "taint_key": Key(str, "runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step"),
     "kubernetes.kubeconfig": Key((str, type(None)), None, "kubeconfig file (None: in-cluster service account)"),

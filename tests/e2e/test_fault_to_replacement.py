@@ -74,7 +74,6 @@ async def cluster(tmp_path):
             "replacement": {"url": replacement_url + "/replace", "backoff_seconds": 0.05},
             "worker_interval_seconds": 0.1,
             "breaker": {"max_nodes": 2, "max_percent": 50},  # a 4-node test cluster: one node is 25 %
-            "ladders": {"reboot_node": ["cordon", "taint", "replace"], "replace_node": ["cordon", "taint", "replace"]},
         }))
         processes.append(spawn([sys.executable, "-m", "runtimekit.cli", "remediate", "serve", "--config",
                                 str(tmp_path / "remediation.yaml")], tmp_path / "remediation.log"))

@@ -113,3 +113,18 @@ def test_reset_breaker(tmp_path):
     assert j.breaker_state()[0]
     assert reset_breaker(tmp_path / "j.db", 2.0) is True
     assert j.breaker_state() == (False, "reset by operator")
+
+
+def test_the_shipped_kubernetes_configuration_loads(tmp_path):
+    import yaml
+
+    from healthcheck.remediation.config import load
+    from tests.agent_process import ROOT
+
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "remediation.yaml").read_text()))
+    embedded = next(d for d in documents if d["kind"] == "ConfigMap")["data"]["remediation.yaml"]
+    path = tmp_path / "remediation.yaml"
+    path.write_text(embedded)
+    config = load(path)
+    assert config.dry_run is True
+    assert config.ladders["reboot_node"] == ["cordon", "taint", "replace"]  # what GPU-lost alerts ask for
