@@ -16,7 +16,7 @@ sharing the GPUs, with ``--pods``; attributed through the fake kubelet, CRI and 
    render, and is the maximum.
 
 It then runs PyPI's nvitop-exporter on a simulated node of the same scenario (installed below
-pynvml in that process, ``bench/nvitop_on_sim.py``) and measures it the same way, so the two
+pynvml in that process, ``scripts/nvitop-on-sim``) and measures it the same way, so the two
 CPU figures come from one run on one machine. The last line is ``RESULT key=value ...``.
 """
 
@@ -241,7 +241,7 @@ async def main() -> None:
         port = free_port()
         theirs = await run_one(
             "nvitop-exporter",
-            [python, str(ROOT / "bench" / "nvitop_on_sim.py"), "--scenario", args.scenario,
+            [python, str(ROOT / "scripts" / "nvitop-on-sim"), "--scenario", args.scenario,
              "--processes", str(args.processes), "--", "--bind-address", "127.0.0.1", "--port", str(port),
              "--interval", str(args.interval)],
             f"http://127.0.0.1:{port}/metrics",
