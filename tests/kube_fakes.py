@@ -1,7 +1,8 @@
 """Fakes of the cluster around the remediation service: a Kubernetes API that validates node
-PATCHes the way the real API server does (a small aiohttp server, because a real API server cannot
-run here), and a spare-node replacement endpoint that counts its calls. Shared by the remediation
-tests and the end-to-end test."""
+PATCHes the way the real API server does, lists pods by node and answers policy/v1 evictions (201,
+429 while a fake PodDisruptionBudget blocks the pod, 404 for unknown pods) — a small aiohttp server,
+because a real API server cannot run here — and a spare-node replacement endpoint that counts its
+calls. Shared by the remediation tests and the end-to-end test."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ class FakeKube:
         self.nodes = {n: {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "resourceVersion": "1"},
                           "spec": {}} for n in names}
         self.patches: list[tuple[str, str, object]] = []
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.pdb_blocked: set[tuple[str, str]] = set()  # (namespace, name) a PodDisruptionBudget protects now
+        self.evictions: list[tuple[str, str, int]] = []  # (namespace, name, HTTP status) of every POST
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self.list)
         app.router.add_get("/api/v1/nodes/{name}", self.get)
         app.router.add_patch("/api/v1/nodes/{name}", self.patch)
+        app.router.add_get("/api/v1/pods", self.list_pods)
+        app.router.add_post("/api/v1/namespaces/{namespace}/pods/{name}/eviction", self.evict)
         self.app = app
 
     async def list(self, request):
@@ -61,6 +67,57 @@ class FakeKube:
                 node["spec"][key] = value
         node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
         return web.json_response(node)
+
+    def add_pod(self, node: str, namespace: str, name: str, owner_kind: str | None = "ReplicaSet",
+                mirror: bool = False) -> None:
+        """A pod bound to ``node``; owner_kind None for a bare pod, mirror for a static pod's mirror."""
+        meta: dict = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "resourceVersion": "1"}
+        if owner_kind:
+            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": f"{name}-owner",
+                                        "uid": f"uid-{name}-owner", "controller": True}]
+        if mirror:
+            meta["annotations"] = {"kubernetes.io/config.mirror": "abc123", "kubernetes.io/config.source": "file"}
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"uid-{node}",
+                                        "controller": True}]
+        self.pods[(namespace, name)] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+                                        "status": {"phase": "Running"}}
+
+    async def list_pods(self, request):
+        selector = request.query.get("fieldSelector", "")
+        items = list(self.pods.values())
+        if selector:
+            field, _, value = selector.partition("=")
+            if field != "spec.nodeName" or not value:
+                return web.json_response({"kind": "Status", "code": 400, "message": selector}, status=400)
+            items = [p for p in items if p["spec"]["nodeName"] == value]
+        return web.json_response({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+                                  "items": items})
+
+    async def evict(self, request):
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            body = None
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if (not isinstance(meta, dict) or body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1"
+                or meta.get("name") != name or meta.get("namespace", namespace) != namespace):
+            self.evictions.append((namespace, name, 400))
+            return web.json_response({"kind": "Status", "code": 400, "message": f"bad eviction body {body!r}"},
+                                     status=400)
+        if (namespace, name) not in self.pods:
+            status = 404
+        elif (namespace, name) in self.pdb_blocked:
+            status = 429
+        else:
+            del self.pods[(namespace, name)]
+            status = 201
+        self.evictions.append((namespace, name, status))
+        message = {201: "Success", 404: "NotFound", 429: "TooManyRequests"}[status]
+        return web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "code": status,
+                                  "status": "Success" if status == 201 else "Failure", "reason": message},
+                                 status=status)
 
     def kubeconfig(self, url: str) -> str:
         return json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "fake",

@@ -3,6 +3,14 @@
 Steps are level-triggered: each looks at the node first and records what it found, so a step
 retried after a crash does no harm, and a resolved alert only undoes what this service did
 (never uncordons a node someone else cordoned; gpu-faults.md §3, NVIDIA/NVSentinel#1424).
+
+The optional drain step evicts every pod on the node through the Eviction API except DaemonSet
+pods and mirror (static) pods, which an eviction cannot move. Evictions a PodDisruptionBudget
+refuses are retried every ``drain.retry_seconds``; pods still blocked after
+``drain.timeout_seconds`` fail the step (naming them), so the later steps do not run. Pods are
+never force-deleted, and a resolved alert does not undo a drain (evicted pods are rescheduled by
+their controllers, not by this service). The worker runs one action at a time, so a drain
+waiting on a budget holds the queue for at most its timeout.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -24,7 +33,11 @@ log = logging.getLogger(__name__)
 
 
 class StepFailed(Exception):
-    """A step that must not be retried now (its result is journaled as failed)."""
+    """A step that must not be retried now (its result is journaled as failed, with ``result``)."""
+
+    def __init__(self, message: str, result: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.result = dict(result or {})
 
 
 def plan(config: RemediationConfig, alert: Alert) -> tuple[str, list[str]] | None:
@@ -67,6 +80,7 @@ class Steps:
     session: aiohttp.ClientSession
     replacement_token: str | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
 
     async def run(self, action: Action, labels: Mapping[str, str], siblings: list[Action]) -> dict[str, Any]:
         handler = getattr(self, f"_{action.kind}")
@@ -105,6 +119,43 @@ class Steps:
             await self.nodes.set_taints(action.node, kept, node.resource_version)
         return {"untainted": True}
 
+    async def _drain(self, action: Action, labels, siblings) -> dict[str, Any]:
+        pods = await self.nodes.list_pods_on_node(action.node)
+        skipped = [{"pod": f"{p.namespace}/{p.name}", "reason": "mirror pod" if p.is_mirror else "DaemonSet pod"}
+                   for p in pods if p.is_mirror or p.owner_kind == "DaemonSet"]
+        todo = [p for p in pods if not (p.is_mirror or p.owner_kind == "DaemonSet")]
+        evicted: list[str] = []
+        gone: list[str] = []
+        started = self.clock()
+        deadline = started + self.config.drain_timeout_seconds
+        rounds = 0
+        while True:
+            rounds += 1
+            blocked = []
+            for pod in todo:
+                outcome = await self.nodes.evict(pod.namespace, pod.name)
+                name = f"{pod.namespace}/{pod.name}"
+                if outcome == "evicted":
+                    evicted.append(name)
+                elif outcome == "gone":
+                    gone.append(name)
+                else:
+                    blocked.append(pod)
+            result = {"evicted": evicted, "gone": gone, "skipped": skipped,
+                      "blocked": [f"{p.namespace}/{p.name}" for p in blocked], "rounds": rounds,
+                      "waited_seconds": round(self.clock() - started, 3)}
+            if not blocked:
+                return result
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise StepFailed(f"drain of {action.node}: {len(blocked)} pod(s) still blocked by a "
+                                 f"PodDisruptionBudget after {self.config.drain_timeout_seconds} s: "
+                                 f"{', '.join(result['blocked'])}", result)
+            log.info("drain of %s: %d pod(s) blocked by a PodDisruptionBudget, retrying in %s s", action.node,
+                     len(blocked), min(self.config.drain_retry_seconds, remaining))
+            await self.sleep(min(self.config.drain_retry_seconds, remaining))
+            todo = blocked
+
     async def _replace(self, action: Action, labels, siblings) -> dict[str, Any]:
         url = self.config.replacement_url
         if not url:
@@ -139,6 +190,8 @@ def dry_run_result(config: RemediationConfig, action: Action, labels: Mapping[st
     would = {
         "cordon": f"PATCH node {action.node} spec.unschedulable=true (if not already)",
         "taint": f"add taint {config.taint_key}:NoSchedule to node {action.node}",
+        "drain": (f"evict the pods on node {action.node} (not DaemonSet or mirror pods) through the Eviction "
+                  f"API, retrying PodDisruptionBudget refusals for up to {config.drain_timeout_seconds} s"),
         "uncordon": f"PATCH node {action.node} spec.unschedulable=false (if cordoned by us)",
         "untaint": f"remove taint {config.taint_key} from node {action.node} (if added by us)",
         "replace": f"POST {config.replacement_url} Idempotency-Key {action.idempotency_key}",

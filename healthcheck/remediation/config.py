@@ -43,8 +43,6 @@ def _ladders(value: Mapping[str, Any]) -> str | None:
         for step in steps:
             if step not in STEPS:
                 return f"entry {name!r}: step {step!r} is not one of {', '.join(STEPS)}"
-            if step == "drain":
-                return f"entry {name!r}: step 'drain' is not implemented yet"
         if len(set(steps)) != len(steps):
             return f"entry {name!r}: a step is listed twice"
     return None
@@ -74,8 +72,16 @@ SCHEMA: dict[str, Key] = {
     # that needs replacing does: the spare is requested now, the broken node is repaired offline.
     "ladders": Key(dict, {"replace_node": ["cordon", "taint", "replace"], "reboot_node": ["cordon", "taint", "replace"],
                           "cordon": ["cordon"]},
-                   "action label value -> ordered steps (cordon, taint, replace)", _ladders),
+                   "action label value -> ordered steps (cordon, taint, drain, replace); drain is opt-in, "
+                   "e.g. [cordon, taint, drain, replace]", _ladders),
     "taint_key": Key(str, "runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step"),
+    # drain evicts through the Eviction API (policy/v1), so PodDisruptionBudgets are respected:
+    # an eviction a PDB refuses (HTTP 429) is retried every retry_seconds until timeout_seconds,
+    # then the step fails naming the pods still blocked. Nothing is ever force-deleted.
+    "drain.retry_seconds": Key((int, float), 5.0, "seconds between retries of evictions a PodDisruptionBudget "
+                               "blocks", _between(0.01, 600)),
+    "drain.timeout_seconds": Key((int, float), 300.0, "the drain step fails if pods are still blocked after this "
+                                 "long", _between(0, 86400)),
     "kubernetes.kubeconfig": Key((str, type(None)), None, "kubeconfig file (None: in-cluster service account)"),
     "kubernetes.context": Key((str, type(None)), None, "kubeconfig context (None: the current one)"),
     "replacement.url": Key((str, type(None)), None, "node replacement webhook (POST JSON)", _url),
@@ -115,6 +121,8 @@ class RemediationConfig:
     action_label: str
     ladders: Mapping[str, list[str]]
     taint_key: str
+    drain_retry_seconds: float
+    drain_timeout_seconds: float
     kubernetes_kubeconfig: str | None
     kubernetes_context: str | None
     replacement_url: str | None

@@ -3,7 +3,9 @@
 ``POST /api/v1/alerts`` answers 200 only after the journal commit; any 4xx journals nothing.
 The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
 transaction that marks it done. The replacement call carries the action's idempotency key, so a
-crash between the call and the commit leads to a retry the receiver can recognise.
+crash between the call and the commit leads to a retry the receiver can recognise. A drain
+waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_seconds``; a failed
+step is journaled with its result (the drain's still-blocked pods) and the later steps are skipped.
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ class Worker:
         try:
             return "done", await self.steps.run(action, labels, siblings)
         except steps_module.StepFailed as error:
-            return "failed", {"error": str(error)}
+            return "failed", {**error.result, "error": str(error)}
         except Exception as error:  # the Kubernetes API refused, say; journaled, never retried blindly
             log.exception("action %s %s on %s failed", action.id, action.kind, action.node)
             return "failed", {"error": f"{type(error).__name__}: {str(error)[:500]}"}
