@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from runtimekit import __version__, config as config_module
 
@@ -143,25 +143,26 @@ def _run_inject(args: argparse.Namespace) -> int:
     if not args.clear and not args.fault:
         print("runtimekit: error: --fault is required unless --clear is given", file=sys.stderr)
         return EXIT_USAGE
-    try:
+
+    def call() -> dict:
         params = fault_params_from_args(args.fault, args) if args.fault and not args.clear else {}
-        answer = inject_remote(args.agent, args.gpu, args.fault, params, clear=args.clear)
-    except ValueError as error:
-        print(f"runtimekit: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, RuntimeError) as error:
-        print(f"runtimekit: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps(answer, indent=2, sort_keys=True))
-    return 0
+        return inject_remote(args.agent, args.gpu, args.fault, params, clear=args.clear)
+
+    return _print_answer(call)
 
 
 def _control(method: str, agent: str, path: str, body: dict | None = None) -> int:
     """One call to the simulator's control API; prints the answer as JSON."""
     from runtimekit.sim.client import request_json
 
+    return _print_answer(lambda: request_json(method, agent.rstrip("/") + path, body))
+
+
+def _print_answer(call: Callable[[], dict]) -> int:
+    """Run a call to a running agent: its JSON answer on stdout and 0; a refused request (bad
+    input) exits 2, an unreachable agent 1."""
     try:
-        answer = request_json(method, agent.rstrip("/") + path, body)
+        answer = call()
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -33,11 +33,11 @@ class Key:
     allowed: tuple[Any, ...] | None = None
 
 
-def _between(low: float, high: float) -> Callable[[Any], str | None]:
+def between(low: float, high: float) -> Callable[[Any], str | None]:
     return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
 
 
-def _listen(value: str) -> str | None:
+def listen_address(value: str) -> str | None:
     try:
         parse_listen(value)
     except ValueError as error:
@@ -61,19 +61,19 @@ def _collectors(value: Mapping[str, Any]) -> str | None:
 
 
 SCHEMA: dict[str, Key] = {
-    "listen": Key(str, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT for /metrics, /healthz, /readyz and the API", _listen),
+    "listen": Key(str, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT for /metrics, /healthz, /readyz and the API", listen_address),
     "state_dir": Key(str, "/var/lib/runtimekit", "directory for state that must survive restarts"),
     "log_level": Key(str, "info", "logging threshold", allowed=("debug", "info", "warning", "error")),
-    "sampling.interval_seconds": Key((int, float), 1.0, "seconds between NVML sampling cycles", _between(0.1, 60)),
+    "sampling.interval_seconds": Key((int, float), 1.0, "seconds between NVML sampling cycles", between(0.1, 60)),
     "sampling.timeout_seconds": Key(
-        (int, float), 10.0, "a cycle still running after this long is reported stuck", _between(0.5, 300)
+        (int, float), 10.0, "a cycle still running after this long is reported stuck", between(0.5, 300)
     ),
     "sampling.limits_refresh_seconds": Key(
         (int, float), 60.0, "seconds between re-reads of rarely changing values (max clocks, thresholds)",
-        _between(1, 3600),
+        between(1, 3600),
     ),
     "sampling.nvml_retry_seconds": Key(
-        (int, float), 10.0, "seconds between attempts to initialise NVML while it is unavailable", _between(0.1, 600)
+        (int, float), 10.0, "seconds between attempts to initialise NVML while it is unavailable", between(0.1, 600)
     ),
     "exporter.collectors": Key(dict, {}, "collector name -> enabled; unnamed collectors keep their default", _collectors),
     "exporter.process_cmdline": Key(bool, False, "export each GPU process's command line (runtimekit_process_info)"),
@@ -83,16 +83,16 @@ SCHEMA: dict[str, Key] = {
     "attribution.enabled": Key(bool, True, "attribute GPU processes and devices to containers and pods"),
     "attribution.refresh_seconds": Key(
         (int, float, type(None)), None, "seconds between kubelet pod-resources List calls (None: every sampling cycle)",
-        _between(0.1, 600),
+        between(0.1, 600),
     ),
     "attribution.cri_refresh_seconds": Key(
         (int, float), 30.0, "seconds between full CRI ListContainers calls (also called for unknown containers)",
-        _between(1, 3600),
+        between(1, 3600),
     ),
     "attribution.cache_seconds": Key(
-        (int, float), 30.0, "how long a down source's last answer is still used", _between(0, 3600)
+        (int, float), 30.0, "how long a down source's last answer is still used", between(0, 3600)
     ),
-    "attribution.timeout_seconds": Key((int, float), 2.0, "deadline of each kubelet or CRI call", _between(0.1, 60)),
+    "attribution.timeout_seconds": Key((int, float), 2.0, "deadline of each kubelet or CRI call", between(0.1, 60)),
     "attribution.kubelet_socket": Key(
         str, "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet pod-resources API socket"
     ),
@@ -100,23 +100,23 @@ SCHEMA: dict[str, Key] = {
     "attribution.proc_root": Key(str, "/proc", "the host's /proc (mount it into the container; hostPID also works)"),
     "attribution.process_refresh_seconds": Key(
         (int, float), 5.0, "seconds between re-reads of a GPU process's CPU seconds and resident memory",
-        _between(0, 600),
+        between(0, 600),
     ),
     "attribution.max_processes_per_gpu": Key(
-        int, 256, "process-level series kept per GPU (the biggest memory holders)", _between(0, 100_000)
+        int, 256, "process-level series kept per GPU (the biggest memory holders)", between(0, 100_000)
     ),
     "health.enabled": Key(bool, True, "run the health checker (GET /api/v1/health, runtimekit_gpu_health)"),
     "health.clean_samples_to_clear": Key(
         (int, type(None)), None,
         "consecutive samples without its signal before a recoverable fault clears (None: the thresholds' "
-        "machine.clean_samples, 3)", _between(1, 10_000),
+        "machine.clean_samples, 3)", between(1, 10_000),
     ),
     "health.evaluation_timeout_seconds": Key(
-        (int, float), 2.0, "a health evaluation running longer is a failed check (node suspect)", _between(0.05, 60)
+        (int, float), 2.0, "a health evaluation running longer is a failed check (node suspect)", between(0.05, 60)
     ),
     "health.expected_gpus": Key(
         (int, type(None)), None, "GPUs the node must have (None: the most ever seen, remembered in state_dir)",
-        _between(0, 1024),
+        between(0, 1024),
     ),
     "health.thresholds": Key(
         (str, type(None)), None, "the detectors' thresholds YAML file (None: the built-in healthcheck/thresholds)"
@@ -129,10 +129,10 @@ SCHEMA: dict[str, Key] = {
     "sim.load": Key(
         (str, type(None)), None, "simulated workload (None: the scenario's)", allowed=("training", "busy", "idle", None)
     ),
-    "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", _between(0, 100_000)),
+    "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", between(0, 100_000)),
     "sim.pods": Key(
         int, 0, "extra simulated pods sharing the GPUs (time-sliced), running the simulated processes",
-        _between(0, 10_000),
+        between(0, 10_000),
     ),
 }
 
@@ -203,23 +203,26 @@ def _is_hostname(host: str) -> bool:
         return all(part and part.replace("-", "").isalnum() for part in host.split("."))
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, Any], schema: Mapping[str, Key], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings -> dotted keys (``sampling.interval_seconds``); a mapping-valued key
+    of ``schema`` (``exporter.collectors``) stays whole."""
     flat: dict[str, Any] = {}
     for name, value in data.items():
         key = f"{prefix}{name}"
         if not isinstance(name, str):
             raise ConfigError(f"{key!r}: keys must be strings")
-        if isinstance(value, dict) and key not in SCHEMA:
-            flat.update(_flatten(value, f"{key}."))
+        if isinstance(value, dict) and key not in schema:
+            flat.update(flatten(value, schema, f"{key}."))
         else:
             flat[key] = value
     return flat
 
 
-def _validate(key: str, value: Any) -> Any:
-    spec = SCHEMA.get(key)
+def validate(schema: Mapping[str, Key], key: str, value: Any) -> Any:
+    """``value`` for ``key`` if the schema allows it; else ConfigError naming the key and the rule."""
+    spec = schema.get(key)
     if spec is None:
-        raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(SCHEMA))}")
+        raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(schema))}")
     kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
     if isinstance(value, bool) and bool not in kinds:  # bool is an int in Python; not here
         raise ConfigError(f"{key}: must be {_type_names(kinds)}, got a boolean")
@@ -239,32 +242,36 @@ def _type_names(kinds: tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read the YAML file (if any), apply flag overrides (dotted keys), validate, return Config."""
-    values = {key: spec.default for key, spec in SCHEMA.items()}
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """The YAML file at ``path`` as a mapping (ConfigError when unreadable, not YAML or not a mapping)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError(f"--config: cannot read {path}: {error.strerror}") from error
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--config: {path} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping at the top level")
+    return data
+
+
+def resolve(
+    schema: Mapping[str, Key], path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every key of ``schema``: its default, the file's value, then a non-None override; validated."""
+    values = {key: spec.default for key, spec in schema.items()}
     if path is not None:
-        try:
-            text = Path(path).read_text()
-        except OSError as error:
-            raise ConfigError(f"--config: cannot read {path}: {error.strerror}") from error
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from error
-        if not isinstance(data, dict):
-            raise ConfigError(f"--config: {path} must hold a mapping at the top level")
-        for key, value in _flatten(data).items():
-            values[key] = _validate(key, value)
+        for key, value in flatten(read_mapping(path), schema).items():
+            values[key] = validate(schema, key, value)
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = _validate(key, value)
+            values[key] = validate(schema, key, value)
+    return values
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read the YAML file (if any), apply flag overrides (dotted keys), validate, return Config."""
+    values = resolve(SCHEMA, path, overrides)
     return Config(**{key.replace(".", "_"): value for key, value in values.items()})
-
-
-def describe() -> str:
-    """The schema as commented YAML-ish text, for ``runtimekit config --defaults`` and docs."""
-    lines = []
-    for key, spec in SCHEMA.items():
-        allowed = f" (one of {', '.join(map(str, spec.allowed))})" if spec.allowed else ""
-        lines.append(f"# {spec.doc}{allowed}\n{key}: {spec.default!r}")
-    return "\n".join(lines)

@@ -14,10 +14,10 @@ import os
 import shutil
 import signal
 import tempfile
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Coroutine
 
 from aiohttp import web
 
@@ -108,6 +108,18 @@ def _memory_backed_tmp() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+@asynccontextmanager
+async def _owned_task(coroutine: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task]:
+    """Run ``coroutine`` as a task for the duration of the block; cancel and await it after."""
+    task = asyncio.create_task(coroutine, name=name)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
 async def _sampling_context(app: web.Application) -> AsyncIterator[None]:
     """The sampler task and the XID event thread, sharing one NVML session."""
     config, state, session = app[CONFIG], app[STATE], app[SESSION]
@@ -120,14 +132,11 @@ async def _sampling_context(app: web.Application) -> AsyncIterator[None]:
         nvml_retry_seconds=config.sampling_nvml_retry_seconds,
     )
     watcher = XidWatcher(session, state.record_xid, rebuild_seconds=config.sampling_nvml_retry_seconds)
-    task = asyncio.create_task(sampler.run(), name="runtimekit-sampler")
     watcher.start()
     try:
-        yield
+        async with _owned_task(sampler.run(), "runtimekit-sampler"):
+            yield
     finally:
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
         await asyncio.get_running_loop().run_in_executor(None, watcher.stop)
         sampler.close()
         session.shutdown()
@@ -171,13 +180,10 @@ async def _attribution_context(app: web.Application) -> AsyncIterator[None]:
         max_processes_per_gpu=config.attribution_max_processes_per_gpu,
         process_refresh_seconds=config.attribution_process_refresh_seconds,
     )
-    task = asyncio.create_task(attributor.run(), name="runtimekit-attributor")
     try:
-        yield
+        async with _owned_task(attributor.run(), "runtimekit-attributor"):
+            yield
     finally:
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
         await attributor.close()
 
 
@@ -207,13 +213,10 @@ async def _health_context(app: web.Application) -> AsyncIterator[None]:
         expected_gpus=config.health_expected_gpus,
     )
     await checker.load()
-    task = asyncio.create_task(checker.run(), name="runtimekit-health")
     try:
-        yield
+        async with _owned_task(checker.run(), "runtimekit-health"):
+            yield
     finally:
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
         await asyncio.get_running_loop().run_in_executor(None, checker.close)
 
 

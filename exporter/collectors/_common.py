@@ -60,9 +60,12 @@ def gauge(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "
     return GaugeMetricFamily(name, f"{doc} {SAMPLED}", labels=list(labels), unit=unit)
 
 
-def counter(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> CounterMetricFamily:
-    """A counter family; ``name`` ends in ``_total`` (prometheus_client strips and re-adds it)."""
-    return CounterMetricFamily(name, f"{doc} {SAMPLED}", labels=list(labels), unit=unit)
+def counter(
+    name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "", *, sampled: bool = True
+) -> CounterMetricFamily:
+    """A counter family; ``name`` ends in ``_total`` (prometheus_client strips and re-adds it).
+    ``sampled=False`` for event counts (XIDs), which are not read on the sampling interval."""
+    return CounterMetricFamily(name, f"{doc} {SAMPLED}" if sampled else doc, labels=list(labels), unit=unit)
 
 
 def add(family: GaugeMetricFamily | CounterMetricFamily, labels: Sequence[str], value: object) -> None:

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, nonempty
+from exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty
 
 
 class XidCollector(CardCollector):
     """XID counts are events, not readings: they stay exported for a lost GPU (XID 79 is how it got lost)."""
 
     def collect(self) -> Iterable[Metric]:
-        xids = CounterMetricFamily(
+        xids = counter(
             "runtimekit_gpu_xid_errors_total",
             "XID errors reported by the driver since the agent started, by XID code "
             "(delivered as events through nvmlEventSetWait, counted as they arrive).",
-            labels=[*GPU_LABELS, "xid"],
+            labels=(*GPU_LABELS, "xid"),
+            sampled=False,
         )
         for (index, uuid, code), count in sorted(self._state.xid_counts.items()):
             xids.add_metric([str(index), uuid, str(code)], float(count))

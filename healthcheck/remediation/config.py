@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
-from runtimekit.config import ConfigError, Key, parse_listen
+from runtimekit.config import ConfigError, Key, between, listen_address, resolve
 
 STEPS = ("cordon", "taint", "drain", "replace")
 DEFAULT_TEMPLATE = {
@@ -22,18 +20,6 @@ DEFAULT_TEMPLATE = {
     "fault": "{fault}",
     "alert_fingerprint": "{fingerprint}",
 }
-
-
-def _between(low: float, high: float):
-    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
-
-
-def _listen(value: str) -> str | None:
-    try:
-        parse_listen(value)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def _ladders(value: Mapping[str, Any]) -> str | None:
@@ -53,17 +39,17 @@ def _url(value: str) -> str | None:
 
 
 SCHEMA: dict[str, Key] = {
-    "listen": Key(str, "0.0.0.0:9446", "HOST:PORT of the webhook receiver", _listen),
+    "listen": Key(str, "0.0.0.0:9446", "HOST:PORT of the webhook receiver", listen_address),
     "db_path": Key(str, "/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)"),
     "log_level": Key(str, "info", "logging threshold", allowed=("debug", "info", "warning", "error")),
     "auth.token_file": Key((str, type(None)), None, "file holding the bearer token Alertmanager sends"),
     "auth.basic_file": Key((str, type(None)), None, "file holding USER:PASSWORD for basic auth"),
-    "max_body_bytes": Key(int, 1 << 20, "larger webhook bodies are refused with 413", _between(1024, 64 << 20)),
+    "max_body_bytes": Key(int, 1 << 20, "larger webhook bodies are refused with 413", between(1024, 64 << 20)),
     "dry_run": Key(bool, False, "journal what would be done, change nothing"),
     "action_delay_seconds": Key((int, float), 0.0, "wait this long after an alert arrives before acting",
-                                _between(0, 86400)),
+                                between(0, 86400)),
     "worker_interval_seconds": Key((int, float), 1.0, "seconds between journal polls of the worker",
-                                   _between(0.01, 60)),
+                                   between(0.01, 60)),
     "node_label": Key(str, "node", "alert label naming the Kubernetes node"),
     "gpu_label": Key(str, "gpu_uuid", "alert label with the GPU UUID(s), comma-separated"),
     "fault_label": Key(str, "alertname", "alert label describing the fault"),
@@ -79,26 +65,26 @@ SCHEMA: dict[str, Key] = {
     # an eviction a PDB refuses (HTTP 429) is retried every retry_seconds until timeout_seconds,
     # then the step fails naming the pods still blocked. Nothing is ever force-deleted.
     "drain.retry_seconds": Key((int, float), 5.0, "seconds between retries of evictions a PodDisruptionBudget "
-                               "blocks", _between(0.01, 600)),
+                               "blocks", between(0.01, 600)),
     "drain.timeout_seconds": Key((int, float), 300.0, "the drain step fails if pods are still blocked after this "
-                                 "long", _between(0, 86400)),
+                                 "long", between(0, 86400)),
     "kubernetes.kubeconfig": Key((str, type(None)), None, "kubeconfig file (None: in-cluster service account)"),
     "kubernetes.context": Key((str, type(None)), None, "kubeconfig context (None: the current one)"),
     "replacement.url": Key((str, type(None)), None, "node replacement webhook (POST JSON)", _url),
     "replacement.body_template": Key(dict, DEFAULT_TEMPLATE,
                                      "JSON body; {node} {gpu_uuids} {fault} {fingerprint} {starts_at} are filled in"),
     "replacement.token_file": Key((str, type(None)), None, "file with a bearer token for the replacement webhook"),
-    "replacement.timeout_seconds": Key((int, float), 10.0, "deadline of one replacement call", _between(0.1, 300)),
-    "replacement.max_attempts": Key(int, 5, "calls before the step is failed (5xx, timeouts)", _between(1, 100)),
+    "replacement.timeout_seconds": Key((int, float), 10.0, "deadline of one replacement call", between(0.1, 300)),
+    "replacement.max_attempts": Key(int, 5, "calls before the step is failed (5xx, timeouts)", between(1, 100)),
     "replacement.backoff_seconds": Key((int, float), 1.0, "first retry delay, doubled each time",
-                                       _between(0, 600)),
+                                       between(0, 600)),
     "breaker.max_nodes": Key(int, 3, "more distinct nodes actioned within the window opens the breaker",
-                             _between(1, 100_000)),
+                             between(1, 100_000)),
     "breaker.max_percent": Key((int, float), 10.0, "more than this % of nodes actioned opens the breaker",
-                               _between(0, 100)),
-    "breaker.window_seconds": Key((int, float), 3600.0, "the breaker's window", _between(1, 30 * 86400)),
+                               between(0, 100)),
+    "breaker.window_seconds": Key((int, float), 3600.0, "the breaker's window", between(1, 30 * 86400)),
     "cooldown_seconds": Key((int, float), 3600.0, "a node actioned for one alert is left alone this long for others",
-                            _between(0, 30 * 86400)),
+                            between(0, 30 * 86400)),
 }
 
 
@@ -137,49 +123,9 @@ class RemediationConfig:
     cooldown_seconds: float
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for name, value in data.items():
-        key = f"{prefix}{name}"
-        if isinstance(value, dict) and key not in SCHEMA:
-            flat.update(_flatten(value, f"{key}."))
-        else:
-            flat[key] = value
-    return flat
-
-
-def _validate(key: str, value: Any) -> Any:
-    spec = SCHEMA.get(key)
-    if spec is None:
-        raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(SCHEMA))}")
-    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise ConfigError(f"{key}: must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}")
-    if spec.allowed is not None and value not in spec.allowed:
-        raise ConfigError(f"{key}: must be one of {', '.join(map(str, spec.allowed))}, got {value!r}")
-    if spec.check is not None and value is not None:
-        problem = spec.check(value)
-        if problem:
-            raise ConfigError(f"{key}: {problem}, got {value!r}")
-    return value
-
-
 def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RemediationConfig:
     """Read the YAML file (if any), apply overrides (dotted keys), validate."""
-    values = {key: spec.default for key, spec in SCHEMA.items()}
-    data: Any = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as error:
-            raise ConfigError(f"--config: cannot read {path}: {error.strerror}") from error
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from error
-        if not isinstance(data, dict):
-            raise ConfigError(f"--config: {path} must hold a mapping at the top level")
-    merged = {**_flatten(data), **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    for key, value in merged.items():
-        values[key] = _validate(key, value)
+    values = resolve(SCHEMA, path, overrides)
     if values["auth.token_file"] is None and values["auth.basic_file"] is None:
         raise ConfigError("auth.token_file: set it or auth.basic_file; the receiver never runs without auth")
     return RemediationConfig(**{key.replace(".", "_"): value for key, value in values.items()})

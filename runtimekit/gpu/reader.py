@@ -252,7 +252,6 @@ class NodeReader:
         if device is None:
             return _unreadable(index, now, Unavailable("gpu_lost", where), lost=True)
         device.lost = True
-        # Forget the handle's cached facts on the next successful read: a reset GPU is re-discovered.
         return GpuSnapshot(
             index, device.identity, device.limits, now, True,
             None, None, None, None, None, None, None, None, None, (), None, (), (("device", "NVML_ERROR_GPU_IS_LOST"),),

@@ -77,7 +77,7 @@ def test_the_example_file_names_every_key_with_its_default():
 
     example = Path(__file__).parents[2] / "deploy" / "runtimekit.example.yaml"
     cfg = config.load(example)
-    flat = config._flatten(yaml.safe_load(example.read_text()))
+    flat = config.flatten(yaml.safe_load(example.read_text()), config.SCHEMA)
     assert set(flat) == set(config.SCHEMA), "the example and the schema list different keys"
     for key, spec in config.SCHEMA.items():
         assert getattr(cfg, key.replace(".", "_")) == spec.default, key
