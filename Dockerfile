@@ -2,7 +2,7 @@
 # runtime; the image holds only Python and the agent.
 FROM python:3.11-slim
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY runtimekit ./runtimekit
 COPY exporter ./exporter
 COPY healthcheck ./healthcheck

@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from healthcheck.checker import HealthChecker
-from healthcheck.detectors import run_detectors
-from healthcheck.store import HealthStore
-from healthcheck.thresholds import load_thresholds
 from runtimekit import sim
 from runtimekit.gpu.events import XidWatcher
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.reader import NodeReader
+from runtimekit.healthcheck.checker import HealthChecker
+from runtimekit.healthcheck.detectors import run_detectors
+from runtimekit.healthcheck.store import HealthStore
+from runtimekit.healthcheck.thresholds import load_thresholds
 from runtimekit.sampler import Sampler
 from runtimekit.state import NodeState
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip as gzip_module
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Callable, Literal
+from typing import Literal
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as CONTENT_TYPE_OPENMETRICS
 
+from runtimekit.exporter.render import render as render_families
 from runtimekit.state import NodeState
-
-from exporter.render import render as render_families
 
 Format = Literal["text", "openmetrics"]
 

@@ -9,32 +9,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from runtimekit.exporter.collectors._common import Clock, Collector
+from runtimekit.exporter.collectors.attribution import AttributionCollector
+from runtimekit.exporter.collectors.clocks import ClocksCollector
+from runtimekit.exporter.collectors.ecc import EccCollector
+from runtimekit.exporter.collectors.health import HealthCollector
+from runtimekit.exporter.collectors.info import InfoCollector
+from runtimekit.exporter.collectors.memory import MemoryCollector
+from runtimekit.exporter.collectors.modes import ModesCollector
+from runtimekit.exporter.collectors.nvlink import NvLinkCollector
+from runtimekit.exporter.collectors.pcie import PcieCollector
+from runtimekit.exporter.collectors.pod import PodCollector
+from runtimekit.exporter.collectors.power import PowerCollector
+from runtimekit.exporter.collectors.process import ProcessCollector
+from runtimekit.exporter.collectors.remap import RemapCollector
+from runtimekit.exporter.collectors.self import SelfCollector
+from runtimekit.exporter.collectors.thermal import ThermalCollector
+from runtimekit.exporter.collectors.utilization import UtilizationCollector
+from runtimekit.exporter.collectors.xid import XidCollector
+from runtimekit.exporter.timing import LOG, CollectorSet
 from runtimekit.state import NodeState
-
-from exporter.collectors._common import Clock, Collector
-from exporter.collectors.attribution import AttributionCollector
-from exporter.collectors.clocks import ClocksCollector
-from exporter.collectors.ecc import EccCollector
-from exporter.collectors.health import HealthCollector
-from exporter.collectors.info import InfoCollector
-from exporter.collectors.memory import MemoryCollector
-from exporter.collectors.modes import ModesCollector
-from exporter.collectors.nvlink import NvLinkCollector
-from exporter.collectors.pcie import PcieCollector
-from exporter.collectors.pod import PodCollector
-from exporter.collectors.power import PowerCollector
-from exporter.collectors.process import ProcessCollector
-from exporter.collectors.remap import RemapCollector
-from exporter.collectors.self import SelfCollector
-from exporter.collectors.thermal import ThermalCollector
-from exporter.collectors.utilization import UtilizationCollector
-from exporter.collectors.xid import XidCollector
-from exporter.timing import LOG, CollectorSet
 
 CollectorFactory = Callable[[NodeState, Clock], Collector]
 

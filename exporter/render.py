@@ -11,7 +11,7 @@ prometheus_client's for a full exposition in both formats.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString

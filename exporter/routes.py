@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from exporter.exposition import CONTENT_TYPES, ExpositionCache, Format
+from runtimekit.exporter.exposition import CONTENT_TYPES, ExpositionCache, Format
 
 # OpenMetrics versions whose text we produce (0.0.1 is what Prometheus < 2.4x called 1.0.0).
 _OPENMETRICS_VERSIONS = {"1.0.0", "0.0.1"}

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporter.collectors._common import SAMPLED, Collector
+from runtimekit.exporter.collectors._common import SAMPLED, Collector
 
 LOG = logging.getLogger("runtimekit.exporter")
 

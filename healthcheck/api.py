@@ -9,13 +9,13 @@ Times are given twice: ISO 8601 in UTC (``since``) and unix seconds (``since_uni
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
-from healthcheck.types import ActiveFault, GpuHealth
 from runtimekit.attribution.types import AttributionSnapshot
+from runtimekit.healthcheck.types import ActiveFault, GpuHealth
 from runtimekit.state import NodeState
 
 HEALTH_PATH = "/api/v1/health"
@@ -38,7 +38,7 @@ def add_health_routes(app: web.Application, state: NodeState) -> None:
 
 
 def iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _times(name: str, unix: float) -> dict[str, Any]:

@@ -24,13 +24,14 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from healthcheck.machine import NODE, NODE_INDEX, STATE_ORDER, MachineInput, MachineState, Step, node_health, step
-from healthcheck.store import HealthStore, Loaded
-from healthcheck.types import CLEARS_WHEN_CLEAN, NONE, WARNING, DetectorInput, Finding
 from runtimekit.gpu.types import NodeSnapshot, is_available
+from runtimekit.healthcheck.machine import NODE, NODE_INDEX, STATE_ORDER, MachineInput, MachineState, Step, node_health, step
+from runtimekit.healthcheck.store import HealthStore, Loaded
+from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, NONE, WARNING, DetectorInput, Finding
 from runtimekit.state import NodeState
 
 log = logging.getLogger("runtimekit.health")

@@ -28,11 +28,11 @@ Everything here is plain data: ``step(state, input) -> Step``; time is ``input.n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterable, Mapping
 
-from healthcheck.types import (
+from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from healthcheck.machine import NODE, NODE_INDEX, GpuRecord, MachineState
-from healthcheck.types import SEVERITIES, STATES, ActiveFault
+from runtimekit.healthcheck.machine import NODE, NODE_INDEX, GpuRecord, MachineState
+from runtimekit.healthcheck.types import SEVERITIES, STATES, ActiveFault
 
 log = logging.getLogger("runtimekit.health")
 

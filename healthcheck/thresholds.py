@@ -10,9 +10,10 @@ packaged defaults, so a detector called with a partial (or empty) config still h
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 

@@ -8,8 +8,9 @@ hysteresis, and remembers what must survive a restart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 

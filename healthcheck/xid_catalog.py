@@ -8,14 +8,15 @@ critical``), so a bad edit fails at start-up, not at the first fault.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
-from healthcheck.types import (
+from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,

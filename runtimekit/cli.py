@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from runtimekit import __version__, config as config_module
+from runtimekit import __version__
+from runtimekit import config as config_module
 
 EXIT_USAGE = 2
 
@@ -91,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
     _sim_parser(commands)
-    from healthcheck.remediation.cli import add_remediate_parser
+    from runtimekit.healthcheck.remediation.cli import add_remediate_parser
 
     add_remediate_parser(commands)
     return root
@@ -118,11 +119,11 @@ def _run_serve(args: argparse.Namespace) -> int:
             from runtimekit import sim
 
             sim.load_scenario(config.sim_scenario)  # a bad scenario is a usage error, before anything starts
-        from exporter import enabled_collectors
+        from runtimekit.exporter import enabled_collectors
 
         enabled_collectors(config.exporter_collectors)
         if config.health_enabled:
-            from healthcheck.thresholds import load_thresholds
+            from runtimekit.healthcheck.thresholds import load_thresholds
 
             load_thresholds(config.health_thresholds)  # a bad thresholds file is a usage error too
     except ValueError as error:

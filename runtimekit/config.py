@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 

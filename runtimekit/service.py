@@ -14,10 +14,11 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -39,8 +40,8 @@ SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s promised
 
 def build_app(config: Config) -> web.Application:
     """The agent as an aiohttp application; nothing starts until the app does."""
-    from exporter import ExpositionCache, add_exporter_routes, build_registry
-    from healthcheck.api import add_health_routes
+    from runtimekit.exporter import ExpositionCache, add_exporter_routes, build_registry
+    from runtimekit.healthcheck.api import add_health_routes
 
     app = web.Application()
     app[CONFIG] = config
@@ -197,10 +198,10 @@ async def _health_context(app: web.Application) -> AsyncIterator[None]:
         log.info("health checker disabled (health.enabled: false)")
         yield
         return
-    from healthcheck.checker import HealthChecker
-    from healthcheck.detectors import run_detectors
-    from healthcheck.store import HealthStore
-    from healthcheck.thresholds import load_thresholds
+    from runtimekit.healthcheck.checker import HealthChecker
+    from runtimekit.healthcheck.detectors import run_detectors
+    from runtimekit.healthcheck.store import HealthStore
+    from runtimekit.healthcheck.thresholds import load_thresholds
 
     thresholds = load_thresholds(config.health_thresholds)
     checker = HealthChecker(

@@ -9,15 +9,16 @@ publication so that caches (the exposition) know when to re-render.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 
 if TYPE_CHECKING:  # healthcheck depends on runtimekit, never the other way at run time
-    from healthcheck.types import NodeHealth
+    from runtimekit.healthcheck.types import NodeHealth
 
 XidKey = tuple[int, str, int]  # (gpu index, gpu uuid, xid code)
 XID_LOG_SIZE = 4096

@@ -9,7 +9,8 @@ ends up with no samples is not yielded at all.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 

@@ -9,13 +9,12 @@ collectors yield nothing: ``absent(runtimekit_attribution_age_seconds)`` is how 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
 from runtimekit.attribution.types import SOURCES, Owner
-
-from exporter.collectors._common import CardCollector, gauge, nonempty
+from runtimekit.exporter.collectors._common import CardCollector, gauge, nonempty
 
 # The Kubernetes owner of a series, outermost first. Always present on the families that carry
 # it: "" (which Prometheus treats exactly as an absent label) for a host process or one no source

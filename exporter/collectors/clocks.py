@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
-
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 # nvmlClocksEventReason* bits, one series per reason (a stable, bounded label set).
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (

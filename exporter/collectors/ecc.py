@@ -9,11 +9,11 @@ clean monotonic counter of ours. Alert on ``> 0`` or on ``delta(...[1h]) > 0``.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 
 class EccCollector(CardCollector):

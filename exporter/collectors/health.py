@@ -15,11 +15,12 @@ families without GPU labels. Everything is absent until the checker's first eval
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+
 # healthcheck.types.STATES; spelled out because the exporter never imports healthcheck (they meet
 # in NodeState), and the exposition's series order must not depend on another room's tuple.
 STATES: tuple[str, ...] = ("healthy", "suspect", "unhealthy", "recovering")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
-from exporter.collectors._common import GPU_LABELS, SAMPLED, CardCollector, all_gpus, gauge, gpu_labels, nonempty, text
+from runtimekit.exporter.collectors._common import GPU_LABELS, SAMPLED, CardCollector, all_gpus, gauge, gpu_labels, nonempty, text
 
 
 class InfoCollector(CardCollector):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
-
-from exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 
 def _prefer(sampled: object, fallback: object) -> object:

@@ -8,13 +8,12 @@ needs no lookup table of magic numbers, and the label set is small and fixed.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
-
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 COMPUTE_MODES: tuple[str, ...] = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 

@@ -3,11 +3,11 @@ and data throughput (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB -> bytes)."
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
 
 
 class NvLinkCollector(CardCollector):

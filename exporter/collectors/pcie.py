@@ -3,11 +3,11 @@ traffic counters (NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES) and replays (nvmlDeviceG
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
 
 
 class PcieCollector(CardCollector):

@@ -9,14 +9,13 @@ holds a GPU without running anything on it still shows: the "allocated but idle"
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty
+from runtimekit.exporter.collectors.attribution import OWNER_LABELS, owner_labels
 from runtimekit.gpu.types import is_available
-
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty
-from exporter.collectors.attribution import OWNER_LABELS, owner_labels
 
 USAGE_LABELS = (*OWNER_LABELS, *GPU_LABELS)
 ALLOCATION_LABELS = (*OWNER_LABELS, "resource", "device_id", *GPU_LABELS)

@@ -17,14 +17,12 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
 from runtimekit.attribution.types import AttributedProcess
-from runtimekit.state import NodeState
-
-from exporter.collectors._common import (
+from runtimekit.exporter.collectors._common import (
     GPU_LABELS,
     SAMPLED,
     CardCollector,
@@ -36,7 +34,8 @@ from exporter.collectors._common import (
     nonempty,
     text,
 )
-from exporter.collectors.attribution import OWNER_LABELS, label_text, owner_labels
+from runtimekit.exporter.collectors.attribution import OWNER_LABELS, label_text, owner_labels
+from runtimekit.state import NodeState
 
 PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
 # MIG ids are always in the label set, "" on a GPU without MIG: a family keeps one set of label

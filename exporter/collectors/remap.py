@@ -3,11 +3,11 @@ and row remapping (Ampere and later, nvmlDeviceGetRemappedRows). Absent where un
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 
 class RemapCollector(CardCollector):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import platform
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
 import runtimekit
-
-from exporter.collectors._common import CardCollector, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import CardCollector, counter, gauge, gpu_labels, live_gpus, nonempty
 
 
 class SelfCollector(CardCollector):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 
 
 class UtilizationCollector(CardCollector):

@@ -3,11 +3,11 @@ waiting on nvmlEventSetWait). Never a "last XID" gauge: that would lose repeats.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty
 
 
 class XidCollector(CardCollector):

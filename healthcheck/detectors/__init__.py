@@ -15,11 +15,12 @@ pcie (pcie_width_degraded, pcie_generation_degraded).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
-from healthcheck.thresholds import for_detector
-from healthcheck.types import Detector, DetectorInput, Finding
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import Detector, DetectorInput, Finding
 
 from .compute_mode import compute_mode
 from .driver import driver

@@ -8,10 +8,11 @@ persist them as JSON (lists come back instead of tuples; every detector accepts 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from healthcheck.types import ACTIONS, SEVERITIES, Finding
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+from runtimekit.healthcheck.types import ACTIONS, SEVERITIES, Finding
 
 CLEARS_ORDER = ("clean_samples", "gpu_reset", "node_reboot")
 

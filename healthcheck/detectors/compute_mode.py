@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import CLEARS_WHEN_CLEAN, CRITICAL, NONE, WARNING, DetectorInput, Finding
-from healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, CRITICAL, NONE, WARNING, DetectorInput, Finding
 
 from ._common import available, finding, readable_gpus
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import (
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import (
     CLEARS_WHEN_CLEAN,
     CRITICAL,
     DRAIN_AND_RESET_GPU,
@@ -40,8 +41,7 @@ from healthcheck.types import (
     DetectorInput,
     Finding,
 )
-from healthcheck.thresholds import for_detector
-from healthcheck.xid_catalog import default_catalog
+from runtimekit.healthcheck.xid_catalog import default_catalog
 
 from ._common import bump, clock, finding, is_new_sample, merge
 

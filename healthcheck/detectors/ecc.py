@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import (
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
     CRITICAL,
@@ -40,8 +41,7 @@ from healthcheck.types import (
     DetectorInput,
     Finding,
 )
-from healthcheck.thresholds import for_detector
-from healthcheck.xid_catalog import default_catalog
+from runtimekit.healthcheck.xid_catalog import default_catalog
 
 from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
 

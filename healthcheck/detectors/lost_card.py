@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import CLEARS_ON_REBOOT, CRITICAL, REBOOT_NODE, DetectorInput, Finding
-from healthcheck.xid_catalog import default_catalog
+from runtimekit.healthcheck.types import CLEARS_ON_REBOOT, CRITICAL, REBOOT_NODE, DetectorInput, Finding
+from runtimekit.healthcheck.xid_catalog import default_catalog
 
 from ._common import available, clock, merge
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import (
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import (
     CLEARS_WHEN_CLEAN,
     DRAIN_AND_RESET_GPU,
     RESTART_APPLICATION,
@@ -37,7 +38,6 @@ from healthcheck.types import (
     DetectorInput,
     Finding,
 )
-from healthcheck.thresholds import for_detector
 
 from ._common import available, clock, finding, gib, is_new_sample, merge, readable_gpus
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import (
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import (
     CLEARS_ON_RESET,
     CLEARS_WHEN_CLEAN,
     CRITICAL,
@@ -33,7 +34,6 @@ from healthcheck.types import (
     DetectorInput,
     Finding,
 )
-from healthcheck.thresholds import for_detector
 
 from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from healthcheck.types import CLEARS_WHEN_CLEAN, DRAIN_AND_RESET_GPU, WARNING, DetectorInput, Finding
-from healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.thresholds import for_detector
+from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, DRAIN_AND_RESET_GPU, WARNING, DetectorInput, Finding
 
 from ._common import available, finding, is_new_sample, readable_gpus
 

@@ -19,8 +19,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -176,7 +177,7 @@ class Steps:
                     if resp.status < 500 and resp.status not in (408, 429):
                         raise StepFailed(f"replacement webhook answered {resp.status}: {text}")
                     last = f"HTTP {resp.status}"
-            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except (TimeoutError, aiohttp.ClientError) as error:
                 last = f"{type(error).__name__}: {error}"
             log.warning("replacement call for %s failed (%s), attempt %d", action.node, last, attempt)
             if attempt < self.config.replacement_max_attempts:

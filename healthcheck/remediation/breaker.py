@@ -7,8 +7,8 @@ once it opens it stays open until a person resets it (``journal.reset_breaker``)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,10 @@ the environment.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from runtimekit.config import ConfigError, Key, between, listen_address, resolve
 

@@ -7,9 +7,10 @@ field and the rule. Unknown fields are ignored, as Alertmanager asks of receiver
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 STATUSES = ("firing", "resolved")
 

@@ -18,9 +18,9 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web

@@ -7,7 +7,7 @@ tests drive them with tables.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from runtimekit.attribution.types import (
     HOST,

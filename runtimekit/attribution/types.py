@@ -6,9 +6,9 @@ the exporter with the sampler's ``NodeSnapshot`` (NVML's view: pids, memory, uti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from runtimekit.gpu.types import Reading
 

@@ -13,7 +13,8 @@ import ctypes
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pynvml
 

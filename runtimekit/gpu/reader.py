@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 
 from runtimekit.gpu import fields
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
 from runtimekit.gpu.types import (
+    NOT_SUPPORTED,
     Clocks,
     DriverInfo,
     Ecc,
@@ -26,7 +28,6 @@ from runtimekit.gpu.types import (
     GpuProcess,
     GpuSnapshot,
     Memory,
-    NOT_SUPPORTED,
     Modes,
     NodeSnapshot,
     NvLink,

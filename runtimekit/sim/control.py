@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 

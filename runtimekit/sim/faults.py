@@ -9,9 +9,10 @@ are checked by ``SimulatedNode.inject``. XID meanings: NVIDIA "XID Errors" catal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["FaultError", "ParamSpec", "FaultSpec", "FAULT_KINDS", "DRIVER_ERRORS", "COMPUTE_MODES", "validate_params"]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .node import MiB, SimulatedNode
 
@@ -100,7 +101,7 @@ def _device(fn: Callable[..., int]) -> Callable[..., int]:
     """Wrap a per-device symbol: init check, handle -> GPU index, injected device errors."""
 
     @functools.wraps(fn)
-    def call(self: "FakeNvmlLibrary", handle: Any, *args: Any) -> int:
+    def call(self: FakeNvmlLibrary, handle: Any, *args: Any) -> int:
         if not self._refcount:
             return UNINITIALIZED
         gpu = self._gpu_of(handle)
@@ -118,7 +119,7 @@ def _system(fn: Callable[..., int]) -> Callable[..., int]:
     """Wrap a system-level symbol: init check."""
 
     @functools.wraps(fn)
-    def call(self: "FakeNvmlLibrary", *args: Any) -> int:
+    def call(self: FakeNvmlLibrary, *args: Any) -> int:
         if not self._refcount:
             return UNINITIALIZED
         return fn(self, *args)

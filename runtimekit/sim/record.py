@@ -16,7 +16,7 @@ and clocks when no GPU of the model was idle while recording. The result is vali
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -404,7 +404,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = "/sys") -> str:
     sockets = _sys_sockets(root)
     if sockets is None:
         notes.placeholder(f"node.sockets: 1 (no CPU topology under {root / 'devices/system/cpu'})")
-    recorded_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    recorded_at = datetime.now(UTC).replace(microsecond=0).isoformat()
     data: dict[str, Any] = {
         "name": name,
         "description": f"recorded from a node with {len(gpus)} GPUs "

@@ -250,7 +250,7 @@ EVALUATED_AT = SAMPLED_AT + 0.2
 def make_health(**overrides: Any):
     """A verdict exercising every health family: GPU 0 healthy, GPU 1 unhealthy with a sticky XID 79
     and a clearing warning, a node-level fault, counters."""
-    from healthcheck.types import ActiveFault, GpuHealth, NodeHealth
+    from runtimekit.healthcheck.types import ActiveFault, GpuHealth, NodeHealth
 
     xid79 = ActiveFault("xid_79", "critical", "reboot_node", "XID 79 at 22:13:20 UTC", "node_reboot",
                         first_seen=EVALUATED_AT - 60, last_seen=EVALUATED_AT - 60)

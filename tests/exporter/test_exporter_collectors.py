@@ -5,24 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from exporter.collectors.clocks import CLOCK_EVENT_REASONS, ClocksCollector
-from exporter.collectors.ecc import EccCollector
-from exporter.collectors.info import InfoCollector
-from exporter.collectors.memory import MemoryCollector
-from exporter.collectors.modes import ModesCollector
-from exporter.collectors.nvlink import NvLinkCollector
-from exporter.collectors.pcie import PcieCollector
-from exporter.collectors.power import PowerCollector
-from exporter.collectors.remap import RemapCollector
-from exporter.collectors.self import SelfCollector
-from exporter.collectors.thermal import ThermalCollector
-from exporter.collectors.utilization import UtilizationCollector
-from exporter.collectors.xid import XidCollector
 from exporter_factories import (
-    GiB,
     MHZ,
     SAMPLED_AT,
+    GiB,
     make_gpu,
     make_lost_gpu,
     make_nvlink,
@@ -32,6 +18,20 @@ from exporter_factories import (
     uuid_for,
     value,
 )
+
+from runtimekit.exporter.collectors.clocks import CLOCK_EVENT_REASONS, ClocksCollector
+from runtimekit.exporter.collectors.ecc import EccCollector
+from runtimekit.exporter.collectors.info import InfoCollector
+from runtimekit.exporter.collectors.memory import MemoryCollector
+from runtimekit.exporter.collectors.modes import ModesCollector
+from runtimekit.exporter.collectors.nvlink import NvLinkCollector
+from runtimekit.exporter.collectors.pcie import PcieCollector
+from runtimekit.exporter.collectors.power import PowerCollector
+from runtimekit.exporter.collectors.remap import RemapCollector
+from runtimekit.exporter.collectors.self import SelfCollector
+from runtimekit.exporter.collectors.thermal import ThermalCollector
+from runtimekit.exporter.collectors.utilization import UtilizationCollector
+from runtimekit.exporter.collectors.xid import XidCollector
 from runtimekit.gpu.types import NOT_SUPPORTED, Clocks, Modes, Thermal, Unavailable, Utilization
 from runtimekit.state import SamplerStats
 

@@ -7,12 +7,12 @@ import gzip
 import threading
 
 import pytest
+from exporter_factories import SAMPLED_AT, make_snapshot, make_state
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.exposition import ExpositionCache
-from exporter.registry import build_registry
-from exporter_factories import SAMPLED_AT, make_snapshot, make_state
+from runtimekit.exporter.exposition import ExpositionCache
+from runtimekit.exporter.registry import build_registry
 from runtimekit.state import SamplerStats
 
 
@@ -125,7 +125,7 @@ async def test_unknown_format_rejected():
 
 
 def test_forecast_expects_a_periodic_scraper_before_the_next_sample():
-    from exporter.exposition import ScrapeForecast
+    from runtimekit.exporter.exposition import ScrapeForecast
 
     forecast = ScrapeForecast(sample_interval_seconds=1.0)
     forecast.scraped("openmetrics", True, 100.0)
@@ -144,8 +144,9 @@ def test_forecast_expects_a_periodic_scraper_before_the_next_sample():
 async def test_a_periodic_scrape_is_rendered_before_it_arrives():
     import asyncio
 
-    from exporter import ExpositionCache, build_registry
     from exporter_factories import make_gpu, make_snapshot, make_state
+
+    from runtimekit.exporter import ExpositionCache, build_registry
     from runtimekit.state import SamplerStats
 
     state = make_state(make_snapshot((make_gpu(0),)))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
+from exporter_factories import make_health, make_snapshot, make_state, samples, uuid_for, value
 from prometheus_client import generate_latest
 
-from exporter.collectors.health import STATES, HealthCollector
-from exporter.registry import COLLECTORS, build_registry
-from exporter_factories import make_health, make_snapshot, make_state, samples, uuid_for, value
+from runtimekit.exporter.collectors.health import STATES, HealthCollector
+from runtimekit.exporter.registry import COLLECTORS, build_registry
 
 G0 = {"gpu": "0", "uuid": uuid_for(0)}
 G1 = {"gpu": "1", "uuid": uuid_for(1)}
@@ -34,7 +34,7 @@ def test_states_are_one_series_per_state():
 
 
 def test_states_match_the_health_checker_vocabulary():
-    from healthcheck.types import STATES as CHECKER_STATES
+    from runtimekit.healthcheck.types import STATES as CHECKER_STATES
 
     assert STATES == CHECKER_STATES
 

@@ -9,22 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-
-from exporter.collectors.attribution import AttributionCollector
-from exporter.collectors.pod import PodCollector
-from exporter.collectors.process import REDACTED, CommandRedactor, ProcessCollector
-from exporter.registry import COLLECTORS, build_registry
-from exporter.timing import CollectorSet
 from exporter_factories import (
-    GiB,
     REFRESHED_AT,
     SAMPLED_AT,
+    SECRET_CMDLINE,
+    GiB,
     make_allocation,
     make_attribution,
-    SECRET_CMDLINE,
     make_facts,
     make_full_attribution,
     make_gpu,
@@ -36,7 +27,16 @@ from exporter_factories import (
     make_state,
     uuid_for,
 )
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
 from runtimekit.attribution.types import HOST, Owner, SourceStatus
+from runtimekit.exporter.collectors.attribution import AttributionCollector
+from runtimekit.exporter.collectors.pod import PodCollector
+from runtimekit.exporter.collectors.process import REDACTED, CommandRedactor, ProcessCollector
+from runtimekit.exporter.registry import COLLECTORS, build_registry
+from runtimekit.exporter.timing import CollectorSet
 from runtimekit.gpu.types import NOT_SUPPORTED, RetiredPages, Thermal, Unavailable
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from exporter_factories import SAMPLED_AT, make_gpu, make_lost_gpu, make_snapshot, make_state, uuid_for
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from exporter.registry import build_registry
-from exporter_factories import SAMPLED_AT, make_gpu, make_lost_gpu, make_snapshot, make_state, uuid_for
+from runtimekit.exporter.registry import build_registry
 from runtimekit.gpu.types import NOT_SUPPORTED, RetiredPages, Thermal
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from exporter_factories import make_snapshot, make_state, names, value
 from prometheus_client import generate_latest
 
-from exporter.registry import COLLECTOR_NAMES, COLLECTORS, build_registry, enabled_collectors
-from exporter.collectors.self import SelfCollector
-from exporter.timing import CollectorSet
-from exporter_factories import make_snapshot, make_state, names, value
+from runtimekit.exporter.collectors.self import SelfCollector
+from runtimekit.exporter.registry import COLLECTOR_NAMES, COLLECTORS, build_registry, enabled_collectors
+from runtimekit.exporter.timing import CollectorSet
 
 
 def test_defaults_and_overrides():

@@ -1,13 +1,13 @@
 """The fast renderer writes exactly what prometheus_client writes, in both formats."""
 
 import pytest
+from exporter_factories import make_full_attribution, make_gpu, make_lost_gpu, make_snapshot, make_state
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from exporter import build_registry
-from exporter.render import OPENMETRICS, TEXT, render
-from exporter_factories import make_full_attribution, make_gpu, make_lost_gpu, make_snapshot, make_state
+from runtimekit.exporter import build_registry
+from runtimekit.exporter.render import OPENMETRICS, TEXT, render
 
 SAMPLED_AT = 1_750_000_000.0
 

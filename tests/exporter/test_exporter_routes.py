@@ -7,11 +7,11 @@ import gzip
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-
-from exporter.exposition import ExpositionCache
-from exporter.registry import build_registry
-from exporter.routes import accepts_gzip, add_exporter_routes, negotiate_format
 from exporter_factories import make_snapshot, make_state
+
+from runtimekit.exporter.exposition import ExpositionCache
+from runtimekit.exporter.registry import build_registry
+from runtimekit.exporter.routes import accepts_gzip, add_exporter_routes, negotiate_format
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

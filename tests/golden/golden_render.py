@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from prometheus_client import generate_latest
 
-from exporter.registry import build_registry
 from runtimekit import sim
+from runtimekit.exporter.registry import build_registry
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.gpu.types import XidEvent
 from runtimekit.state import NodeState, SamplerStats

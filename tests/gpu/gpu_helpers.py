@@ -9,7 +9,8 @@ The simulator itself is not changed.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pynvml
 

@@ -13,8 +13,8 @@ import logging
 
 import pynvml
 import pytest
-
 from gpu_helpers import FUNCTION_NOT_FOUND, NO_PERMISSION, NOT_SUPPORTED, TIMEOUT, UNKNOWN
+
 from runtimekit import sim
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.types import Unavailable

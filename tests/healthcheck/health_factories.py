@@ -7,9 +7,9 @@ under pytest's prepend import mode), plus helpers to run a detector over a seque
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from healthcheck.types import DetectorInput, Finding
 from runtimekit.gpu.types import (
     NOT_SUPPORTED,
     Clocks,
@@ -32,6 +32,7 @@ from runtimekit.gpu.types import (
     Utilization,
     XidEvent,
 )
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
 GiB = 1024**3
 MiB = 1024**2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-
 from exporter_factories import (
     EVALUATED_AT,
     TRAINER,
@@ -14,8 +13,9 @@ from exporter_factories import (
     make_process,
     uuid_for,
 )
-from healthcheck.api import HEALTH_PATH, add_health_routes, iso
+
 from runtimekit.attribution.types import HOST, Owner
+from runtimekit.healthcheck.api import HEALTH_PATH, add_health_routes, iso
 from runtimekit.state import NodeState
 
 

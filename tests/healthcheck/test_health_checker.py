@@ -10,11 +10,12 @@ import threading
 import time
 
 import pytest
-
 from exporter_factories import make_gpu, make_lost_gpu, make_snapshot, uuid_for
-from healthcheck.checker import CHECK_FAILED, HealthChecker, reset_evidence
-from healthcheck.store import HealthStore
-from healthcheck.types import (
+
+from runtimekit.gpu.types import NOT_SUPPORTED, Ecc, Power, XidEvent
+from runtimekit.healthcheck.checker import CHECK_FAILED, HealthChecker, reset_evidence
+from runtimekit.healthcheck.store import HealthStore
+from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
     CLEARS_WHEN_CLEAN,
     CRITICAL,
@@ -27,7 +28,6 @@ from healthcheck.types import (
     WARNING,
     Finding,
 )
-from runtimekit.gpu.types import NOT_SUPPORTED, Ecc, Power, XidEvent
 from runtimekit.state import NodeState, SamplerStats
 
 STATS = SamplerStats(cycles_total=1)
@@ -309,7 +309,7 @@ def test_reset_evidence_counters_going_backwards():
 
 
 async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_path, boot_id):
-    from healthcheck.types import CLEARS_ON_RESET
+    from runtimekit.healthcheck.types import CLEARS_ON_RESET
 
     class Dbe(FakeDetectors):
         def __call__(self, states, data):

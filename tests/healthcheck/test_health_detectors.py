@@ -8,9 +8,6 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from health_factories import (
     ERR,
     LINKS,
@@ -32,16 +29,20 @@ from health_factories import (
     with_,
     xid,
 )
-from healthcheck.detectors import DETECTORS, run_detectors
-from healthcheck.detectors.compute_mode import compute_mode
-from healthcheck.detectors.driver import driver
-from healthcheck.detectors.ecc import ecc
-from healthcheck.detectors.lost_card import lost_card
-from healthcheck.detectors.memory_leak import memory_leak
-from healthcheck.detectors.nvlink import nvlink
-from healthcheck.detectors.pcie import pcie
-from healthcheck.detectors.thermal_power import thermal_power
-from healthcheck.types import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtimekit.gpu.types import GpuProcess
+from runtimekit.healthcheck.detectors import DETECTORS, run_detectors
+from runtimekit.healthcheck.detectors.compute_mode import compute_mode
+from runtimekit.healthcheck.detectors.driver import driver
+from runtimekit.healthcheck.detectors.ecc import ecc
+from runtimekit.healthcheck.detectors.lost_card import lost_card
+from runtimekit.healthcheck.detectors.memory_leak import memory_leak
+from runtimekit.healthcheck.detectors.nvlink import nvlink
+from runtimekit.healthcheck.detectors.pcie import pcie
+from runtimekit.healthcheck.detectors.thermal_power import thermal_power
+from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
@@ -56,7 +57,6 @@ from healthcheck.types import (
     SEVERITIES,
     WARNING,
 )
-from runtimekit.gpu.types import GpuProcess
 
 HOUR = 3600.0
 

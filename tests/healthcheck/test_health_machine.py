@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.machine import MachineInput, MachineState, node_health, step, strongest_action
-from healthcheck.types import (
+from runtimekit.healthcheck.machine import MachineInput, MachineState, node_health, step, strongest_action
+from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from healthcheck import store as store_module
-from healthcheck.machine import MachineInput, MachineState, step
-from healthcheck.store import FILE_NAME, HealthStore
-from healthcheck.types import (
+from runtimekit.healthcheck import store as store_module
+from runtimekit.healthcheck.machine import MachineInput, MachineState, step
+from runtimekit.healthcheck.store import FILE_NAME, HealthStore
+from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
     CLEARS_WHEN_CLEAN,

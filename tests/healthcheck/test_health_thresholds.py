@@ -7,7 +7,8 @@ import re
 import pytest
 import yaml
 
-from healthcheck.thresholds import (
+from runtimekit.healthcheck.detectors import DETECTORS
+from runtimekit.healthcheck.thresholds import (
     DEFAULT_PATH,
     SCHEMA,
     ThresholdError,
@@ -16,7 +17,6 @@ from healthcheck.thresholds import (
     load_thresholds,
     parse_thresholds,
 )
-from healthcheck.detectors import DETECTORS
 
 
 def test_packaged_thresholds_are_complete_and_valid() -> None:

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from healthcheck.types import (
+from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
     CRITICAL,
@@ -18,7 +18,7 @@ from healthcheck.types import (
     RESTART_APPLICATION,
     WARNING,
 )
-from healthcheck.xid_catalog import DEFAULT_PATH, XidCatalogError, default_catalog, load_catalog, parse_catalog
+from runtimekit.healthcheck.xid_catalog import DEFAULT_PATH, XidCatalogError, default_catalog, load_catalog, parse_catalog
 
 REQUIRED = (13, 31, 32, 43, 45, 46, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 136, 140, 143,
             144, 145, 146, 147, 148, 149, 150, 154, 155, 156, 158)

@@ -6,6 +6,7 @@ import pytest
 
 from tests.kube_fakes import FakeKube, FakeReplacement, serve  # noqa: F401 (re-exported to the tests)
 
+
 def alert_body(fingerprint="fp1", starts="2026-01-01T00:00:00Z", status="firing", node="gpu-1",
                action="replace_node") -> dict:
     return {"version": "4", "status": status, "receiver": "rk", "groupKey": "{}:{}", "truncatedAlerts": 0,

@@ -8,13 +8,13 @@ import asyncio
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-
 from conftest import alert_body, write_config
-from healthcheck.remediation.actions import StepFailed, Steps, dry_run_result
-from healthcheck.remediation.config import ConfigError, load
-from healthcheck.remediation.journal import Action
-from healthcheck.remediation.kube import KubernetesNodeApi
-from healthcheck.remediation.server import JOURNAL, make_app
+
+from runtimekit.healthcheck.remediation.actions import StepFailed, Steps, dry_run_result
+from runtimekit.healthcheck.remediation.config import ConfigError, load
+from runtimekit.healthcheck.remediation.journal import Action
+from runtimekit.healthcheck.remediation.kube import KubernetesNodeApi
+from runtimekit.healthcheck.remediation.server import JOURNAL, make_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
 LADDER = {"replace_node": ["cordon", "taint", "drain", "replace"]}

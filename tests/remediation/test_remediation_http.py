@@ -2,11 +2,12 @@ import asyncio
 import json
 
 from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import alert_body, write_config
-from healthcheck.remediation.config import load
-from healthcheck.remediation.server import JOURNAL, make_app
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtimekit.healthcheck.remediation.config import load
+from runtimekit.healthcheck.remediation.server import JOURNAL, make_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
 

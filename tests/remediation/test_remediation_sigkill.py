@@ -16,13 +16,13 @@ import sys
 import time
 
 import aiohttp
-
 from conftest import alert_body, write_config
+
 from tests.agent_process import ROOT, free_port
 
 
 async def start(config: str, port: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "healthcheck.remediation", "serve", "--config", config],
+    process = subprocess.Popen([sys.executable, "-m", "runtimekit.healthcheck.remediation", "serve", "--config", config],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     async with aiohttp.ClientSession() as session:

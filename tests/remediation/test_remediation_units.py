@@ -1,10 +1,10 @@
 """The remediation service's logic, table by table: payloads, the journal, the breaker and the cooldown."""
 import pytest
-
 from conftest import alert_body
-from healthcheck.remediation.breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
-from healthcheck.remediation.journal import Journal, reset_breaker
-from healthcheck.remediation.payload import PayloadError, parse
+
+from runtimekit.healthcheck.remediation.breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
+from runtimekit.healthcheck.remediation.journal import Journal, reset_breaker
+from runtimekit.healthcheck.remediation.payload import PayloadError, parse
 
 
 def _mutate(path, value):
@@ -118,7 +118,7 @@ def test_reset_breaker(tmp_path):
 def test_the_shipped_kubernetes_configuration_loads(tmp_path):
     import yaml
 
-    from healthcheck.remediation.config import load
+    from runtimekit.healthcheck.remediation.config import load
     from tests.agent_process import ROOT
 
     documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "remediation.yaml").read_text()))
