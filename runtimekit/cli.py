@@ -92,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
     _sim_parser(commands)
-    from runtimekit.healthcheck.remediation.cli import add_remediate_parser
+    from runtimekit.kube.remediation.cli import add_remediate_parser
 
     add_remediate_parser(commands)
     return root
@@ -102,23 +102,30 @@ def _run_serve(args: argparse.Namespace) -> int:
     from runtimekit import service
 
     overrides = {
-        "sim.scenario": args.sim,
         "listen": args.listen,
         "state_dir": args.state_dir,
         "sampling.interval_seconds": args.interval,
+        "log_level": args.log_level,
+    }
+    sim_overrides = {
+        "sim.scenario": args.sim,
         "sim.seed": args.seed,
         "sim.processes": args.sim_processes,
         "sim.load": args.sim_load,
         "sim.pods": args.sim_pods,
-        "log_level": args.log_level,
     }
+    simulation = None
     try:
-        config = config_module.load(args.config, overrides)
-        _setup_logging(config.log_level)
-        if config.sim_scenario:
-            from runtimekit import sim
+        if args.sim is None:
+            given = [f"--{key.replace('sim.', 'sim-')}" for key, value in sim_overrides.items() if value is not None]
+            if given:
+                raise ValueError(f"{', '.join(given).replace('--sim-seed', '--seed')}: only with --sim SCENARIO")
+            config = config_module.load(args.config, overrides)
+        else:
+            from runtimekit.sim.component import SIM_SCHEMA, Simulation
 
-            sim.load_scenario(config.sim_scenario)  # a bad scenario is a usage error, before anything starts
+            config = config_module.load(args.config, {**overrides, **sim_overrides}, extra_schema=SIM_SCHEMA)
+        _setup_logging(config.log_level)
         from runtimekit.exporter import enabled_collectors
 
         enabled_collectors(config.exporter_collectors)
@@ -126,14 +133,21 @@ def _run_serve(args: argparse.Namespace) -> int:
             from runtimekit.healthcheck.thresholds import load_thresholds
 
             load_thresholds(config.health_thresholds)  # a bad thresholds file is a usage error too
+        if args.sim is not None:
+            simulation = Simulation(config)  # a bad scenario is a usage error, before anything starts
+            config = simulation.configure(config)
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    registrations = [simulation.registration()] if simulation is not None else []
     try:
-        asyncio.run(service.serve(config))
+        asyncio.run(service.serve(config, registrations))
     except OSError as error:  # the port is taken, say
         logging.getLogger("runtimekit").error("cannot serve on %s: %s", config.listen, error.strerror or error)
         return 1
+    finally:
+        if simulation is not None:
+            simulation.remove()
     return 0
 
 

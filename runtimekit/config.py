@@ -10,8 +10,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -125,15 +126,12 @@ SCHEMA: dict[str, Key] = {
     "health.boot_id_path": Key(
         str, "/proc/sys/kernel/random/boot_id", "the node's boot id; a change means a reboot (clears sticky faults)"
     ),
-    "sim.scenario": Key((str, type(None)), None, "run on the simulated node of this scenario (name or YAML path)"),
-    "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
-    "sim.load": Key(
-        (str, type(None)), None, "simulated workload (None: the scenario's)", allowed=("training", "busy", "idle", None)
+    "components.initial_backoff_seconds": Key(
+        (int, float), 0.5, "seconds before a component that died is restarted (doubling on each death)",
+        between(0.01, 600),
     ),
-    "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", between(0, 100_000)),
-    "sim.pods": Key(
-        int, 0, "extra simulated pods sharing the GPUs (time-sliced), running the simulated processes",
-        between(0, 10_000),
+    "components.max_backoff_seconds": Key(
+        (int, float), 30.0, "the longest wait before restarting a component that keeps dying", between(0.01, 3600)
     ),
 }
 
@@ -168,11 +166,11 @@ class Config:
     health_expected_gpus: int | None
     health_thresholds: str | None
     health_boot_id_path: str
-    sim_scenario: str | None
-    sim_seed: int | None
-    sim_load: str | None
-    sim_processes: int
-    sim_pods: int
+    components_initial_backoff_seconds: float
+    components_max_backoff_seconds: float
+    # Keys of the sections that the command line registered with their component (the simulator's
+    # ``sim.*``): dotted key -> validated value. Empty for a production agent.
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def listen_host(self) -> str:
@@ -272,7 +270,20 @@ def resolve(
     return values
 
 
-def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read the YAML file (if any), apply flag overrides (dotted keys), validate, return Config."""
-    values = resolve(SCHEMA, path, overrides)
-    return Config(**{key.replace(".", "_"): value for key, value in values.items()})
+def load(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    extra_schema: Mapping[str, Key] | None = None,
+) -> Config:
+    """Read the YAML file (if any), apply flag overrides (dotted keys), validate, return Config.
+
+    ``extra_schema``: the keys of components the command line registers (the simulator's ``sim.*``);
+    without it such keys are unknown, as in production."""
+    extra_schema = extra_schema or {}
+    clash = set(extra_schema) & set(SCHEMA)
+    if clash:
+        raise ValueError(f"extra_schema: keys already in the agent's schema: {', '.join(sorted(clash))}")
+    values = resolve({**SCHEMA, **extra_schema}, path, overrides)
+    core = {key.replace(".", "_"): values[key] for key in SCHEMA}
+    extra = MappingProxyType({key: values[key] for key in extra_schema})
+    return Config(**core, extra=extra)

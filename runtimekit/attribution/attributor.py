@@ -34,7 +34,7 @@ from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
 from runtimekit.attribution.procfs import ProcessInfo, ProcessReader
 from runtimekit.attribution.types import HOST, AttributionSnapshot, Owner, ProcessFacts, SourceStatus
 from runtimekit.gpu.types import NodeSnapshot
-from runtimekit.state import NodeState
+from runtimekit.state import SAMPLE, NodeState
 
 log = logging.getLogger(__name__)
 
@@ -118,27 +118,15 @@ class Attributor:
         self.procfs = _Health("procfs")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-attribution")
         self._dropped_total: dict[tuple[int, str], int] = {}
-        self._last_snapshot: NodeSnapshot | None = None
         self._infos: dict[int, ProcessInfo] = {}
         self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
         self._infos_read_at = float("-inf")
 
     async def run(self) -> None:
-        """Attribute after every new snapshot until cancelled."""
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        unsubscribe = self.state.subscribe(lambda: loop.call_soon_threadsafe(wake.set))
-        try:
-            while True:
-                await wake.wait()
-                wake.clear()
-                snapshot = self.state.snapshot
-                if snapshot is None or snapshot is self._last_snapshot:
-                    continue  # woken by an XID or our own publication
-                self._last_snapshot = snapshot
-                await self.attribute(snapshot)
-        finally:
-            unsubscribe()
+        """Attribute after every new sample until cancelled (a slow pass skips to the newest sample)."""
+        async for view in self.state.watch(SAMPLE):
+            if view.snapshot is not None:
+                await self.attribute(view.snapshot)
 
     async def attribute(self, snapshot: NodeSnapshot) -> AttributionSnapshot:
         """One pass: refresh the sources that are due, join, publish."""

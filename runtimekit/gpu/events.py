@@ -49,11 +49,29 @@ class XidWatcher:
         self.clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._crashed: BaseException | None = None
+        self.heartbeat_at = time.monotonic()  # the thread's last sign of life (monotonic seconds)
         self.registered: dict[int, tuple[int, str]] = {}  # handle address -> (gpu index, uuid)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runtimekit-xid-events", daemon=True)
         self._thread.start()
+
+    def check(self) -> None:
+        """Raise when the thread is dead (with its exception) or has not shown life for longer
+        than it ever waits (stuck in the driver): the supervisor then restarts the watcher."""
+        if self._crashed is not None:
+            raise RuntimeError(f"XID event thread died: {type(self._crashed).__name__}: {self._crashed}") from self._crashed
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            raise RuntimeError("XID event thread ended")
+        silent = time.monotonic() - self.heartbeat_at
+        if silent > self.liveness_seconds:
+            raise RuntimeError(f"XID event thread silent for {silent:.1f} s (stuck in the driver?)")
+
+    @property
+    def liveness_seconds(self) -> float:
+        """How long the thread may go without a heartbeat: its longest wait, with margin."""
+        return max(self.rebuild_seconds, self.wait_ms / 1000) + 10.0
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
@@ -63,7 +81,14 @@ class XidWatcher:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # noqa: BLE001 - reported through check(), to the supervisor
+            self._crashed = error
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
+            self.heartbeat_at = time.monotonic()
             try:
                 self.session.init()
             except NvmlInitError:
@@ -104,6 +129,7 @@ class XidWatcher:
         built_with = len(self.registered)
         built_at = time.monotonic()
         while not self._stop.is_set():
+            self.heartbeat_at = time.monotonic()
             try:
                 data = pynvml.nvmlEventSetWait(event_set, self.wait_ms)
             except pynvml.NVMLError as error:

@@ -1,0 +1,204 @@
+"""The component table of the node agent: every long-lived part, its configuration section, and how
+it is built. One row each; the supervisor (``runtimekit.supervisor``) runs them in this order.
+
+| component     | config section | required for /readyz | what it does                                   |
+|---------------|----------------|----------------------|------------------------------------------------|
+| sampler       | sampling       | yes                  | polls NVML on an interval, publishes samples   |
+| xid_watcher   | sampling       | yes                  | waits on nvmlEventSetWait, publishes XIDs      |
+| attribution   | attribution    | no                   | owners of GPU processes and devices            |
+| health        | health         | yes                  | detectors, state machine, persisted verdict    |
+| exporter      | exporter       | yes                  | renders the exposition ahead of scrapers       |
+
+Components the command line registers (the simulated node) come before these. This module is the
+composition root: it may import the readers (exporter, health checker); the base may not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtimekit.attribution.attributor import Attributor
+from runtimekit.attribution.cri import CriClient
+from runtimekit.attribution.podresources import PodResourcesClient
+from runtimekit.attribution.procfs import ProcessReader
+from runtimekit.config import Config
+from runtimekit.exporter import ExpositionCache
+from runtimekit.gpu.events import XidWatcher
+from runtimekit.gpu.nvml import NvmlSession
+from runtimekit.gpu.reader import NodeReader
+from runtimekit.healthcheck.checker import HealthChecker
+from runtimekit.healthcheck.detectors import run_detectors
+from runtimekit.healthcheck.store import HealthStore
+from runtimekit.healthcheck.thresholds import load_thresholds
+from runtimekit.sampler import Sampler
+from runtimekit.state import NodeState
+from runtimekit.supervisor import Component, ComponentSpec
+
+log = logging.getLogger("runtimekit.components")
+
+XID_LIVENESS_CHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What the components of one agent share: its configuration, state and NVML session, and the
+    exposition cache (built before the app starts, since routes serve it)."""
+
+    config: Config
+    state: NodeState
+    session: NvmlSession
+    exposition: ExpositionCache
+
+
+class SamplerComponent:
+    """The sampler task (see ``runtimekit.sampler``); its NVML thread is released on close."""
+
+    def __init__(self, shared: Shared) -> None:
+        config = shared.config
+        reader = NodeReader(shared.session, limits_refresh_seconds=config.sampling_limits_refresh_seconds)
+        self.sampler = Sampler(
+            reader,
+            shared.state,
+            interval_seconds=config.sampling_interval_seconds,
+            timeout_seconds=config.sampling_timeout_seconds,
+            nvml_retry_seconds=config.sampling_nvml_retry_seconds,
+        )
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self) -> None:
+        await self.sampler.run()
+
+    async def close(self) -> None:
+        self.sampler.close()
+
+
+class XidWatcherComponent:
+    """The XID event thread, watched: a thread that died or went silent is this component dying."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.watcher = XidWatcher(
+            shared.session, shared.state.record_xid, rebuild_seconds=shared.config.sampling_nvml_retry_seconds
+        )
+
+    async def start(self) -> None:
+        self.watcher.start()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(XID_LIVENESS_CHECK_SECONDS)
+            self.watcher.check()
+
+    async def close(self) -> None:
+        # A thread stuck in the driver is left behind (daemon); the next start makes a new one.
+        await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
+
+
+class AttributionComponent:
+    """The attributor task: owners of GPU processes and devices after each sample."""
+
+    def __init__(self, shared: Shared) -> None:
+        config = shared.config
+        timeout = config.attribution_timeout_seconds
+        self.attributor = Attributor(
+            shared.state,
+            kubelet=PodResourcesClient(config.attribution_kubelet_socket, timeout),
+            cri=CriClient(config.attribution_cri_socket, timeout),
+            proc=ProcessReader(config.attribution_proc_root),
+            refresh_seconds=config.attribution_refresh_seconds or 0.0,
+            cri_refresh_seconds=config.attribution_cri_refresh_seconds,
+            cache_seconds=config.attribution_cache_seconds,
+            max_processes_per_gpu=config.attribution_max_processes_per_gpu,
+            process_refresh_seconds=config.attribution_process_refresh_seconds,
+        )
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self) -> None:
+        await self.attributor.run()
+
+    async def close(self) -> None:
+        await self.attributor.close()
+
+
+class HealthComponent:
+    """The health checker task; its remembered state is loaded at every start."""
+
+    def __init__(self, shared: Shared) -> None:
+        config = shared.config
+        thresholds = load_thresholds(config.health_thresholds)
+        self.checker = HealthChecker(
+            shared.state,
+            run_detectors,
+            thresholds=thresholds,
+            store=HealthStore(config.state_dir, boot_id_path=config.health_boot_id_path),
+            clean_samples=config.health_clean_samples_to_clear or thresholds["machine"]["clean_samples"],
+            timeout_seconds=config.health_evaluation_timeout_seconds,
+            expected_gpus=config.health_expected_gpus,
+        )
+
+    async def start(self) -> None:
+        await self.checker.load()
+
+    async def run(self) -> None:
+        await self.checker.run()
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.checker.close)
+
+
+class ExporterComponent:
+    """The exposition cache's own task: it renders ahead of periodic scrapers."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.cache = shared.exposition
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self) -> None:
+        await self.cache.run()
+
+    async def close(self) -> None:
+        return None
+
+
+def component_table(shared: Shared) -> list[ComponentSpec]:
+    """The agent's own components, in start order; disabled sections leave their row out."""
+    config = shared.config
+
+    def builder(kind: Callable[[Shared], Component]) -> Callable[[], Component]:
+        return lambda: kind(shared)
+
+    table = [
+        ComponentSpec("sampler", builder(SamplerComponent), True, "polls NVML, publishes samples"),
+        ComponentSpec("xid_watcher", builder(XidWatcherComponent), True, "XID events from nvmlEventSetWait"),
+    ]
+    if config.attribution_enabled:
+        table.append(ComponentSpec("attribution", builder(AttributionComponent), False, "GPU processes and devices to pods"))
+    if config.health_enabled:
+        table.append(ComponentSpec("health", builder(HealthComponent), True, "health verdict per GPU"))
+    else:
+        log.info("health checker disabled (health.enabled: false)")
+    table.append(ComponentSpec("exporter", builder(ExporterComponent), True, "renders the exposition ahead of scrapers"))
+    return table
+
+
+def shutdown_nvml(session: NvmlSession, timeout_seconds: float) -> None:
+    """nvmlShutdown in a thread of its own, never on the event loop: when a sampling cycle is stuck
+    in the driver, nvmlShutdown could block behind it; give up after ``timeout_seconds``."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-nvml-shutdown")
+    future = pool.submit(session.shutdown)
+    try:
+        future.result(timeout=timeout_seconds)
+    except concurrent.futures.TimeoutError:
+        log.warning("nvmlShutdown did not return within %.1f s (a call is stuck in the driver); exiting without it",
+                    timeout_seconds)
+    finally:
+        pool.shutdown(wait=False)

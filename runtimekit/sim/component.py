@@ -1,0 +1,106 @@
+"""The simulated node as a component the command line registers (``runtimekit serve --sim``).
+
+The production agent knows nothing of it: its ``sim.*`` configuration keys (``SIM_SCHEMA``) exist
+only when the command line registers it, and so do its control routes (``/sim/v1/...``, loopback
+only). Its host paths — the fake kubelet's and CRI runtime's sockets, the fixture /proc tree, the
+boot id file — are handed to the agent as ordinary configuration, so the production attribution
+and health code reads them as it would a real node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from runtimekit import sim
+from runtimekit.config import Config, Key, between
+from runtimekit.service import Registration
+from runtimekit.sim.control import add_control_routes
+from runtimekit.sim.host import SimulatedHost
+from runtimekit.supervisor import ComponentSpec
+
+log = logging.getLogger("runtimekit.sim")
+
+SIM_SCHEMA: dict[str, Key] = {
+    "sim.scenario": Key(str, "dgx-h100", "the simulated node's scenario: a built-in name or a scenario YAML path"),
+    "sim.seed": Key((int, type(None)), None, "seed for the simulated node's live behaviour (None: the scenario's)"),
+    "sim.load": Key(
+        (str, type(None)), None, "simulated workload (None: the scenario's)", allowed=("training", "busy", "idle", None)
+    ),
+    "sim.processes": Key(int, 16, "simulated GPU processes kept running on the node", between(0, 100_000)),
+    "sim.pods": Key(
+        int, 0, "extra simulated pods sharing the GPUs (time-sliced), running the simulated processes",
+        between(0, 10_000),
+    ),
+}
+
+
+class Simulation:
+    """One simulated node and the host around it, for the lifetime of one ``serve``."""
+
+    def __init__(self, config: Config) -> None:
+        extra = config.extra
+        self.node = sim.SimulatedNode(
+            sim.load_scenario(extra["sim.scenario"]), seed=extra["sim.seed"], load=extra["sim.load"]
+        )
+        self.node.set_pod_count(extra["sim.pods"])
+        self.node.set_process_count(extra["sim.processes"])
+        self.root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-", dir=_memory_backed_tmp()))
+        self.host = SimulatedHost(self.node, self.root)
+
+    def configure(self, config: Config) -> Config:
+        """The agent's configuration with the simulated host's paths in place of the real node's."""
+        return dataclasses.replace(
+            config,
+            attribution_kubelet_socket=self.host.kubelet_socket,
+            attribution_cri_socket=self.host.cri_socket,
+            attribution_proc_root=self.host.proc_root,
+            health_boot_id_path=self.host.boot_id_path,
+        )
+
+    def registration(self) -> Registration:
+        return Registration(
+            ComponentSpec("simulator", lambda: SimulatorComponent(self), True, "the simulated node below pynvml"),
+            add_routes=lambda app: add_control_routes(app, self.node, self.host),
+            description=f"simulated node {self.node.scenario.name}",
+        )
+
+    def remove(self) -> None:
+        """Delete the simulated host's files (after the agent stopped)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class SimulatorComponent:
+    """Installs the fake NVML library below pynvml and serves the fake kubelet and CRI runtime."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        self.simulation = simulation
+        self.started = False
+
+    async def start(self) -> None:
+        node, host = self.simulation.node, self.simulation.host
+        sim.install(node)
+        await host.start()
+        self.started = True
+        log.info("simulated node %r installed below pynvml (%d GPUs); kubelet, CRI and /proc under %s",
+                 node.scenario.name, len(node.scenario.gpus), self.simulation.root)
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()  # serves (from start's servers and the installed library) until cancelled
+
+    async def close(self) -> None:
+        if self.started:
+            await self.simulation.host.stop()
+        sim.uninstall()
+
+
+def _memory_backed_tmp() -> str | None:
+    """/dev/shm when writable (the simulated /proc is rewritten often: keep it off the disk)."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+

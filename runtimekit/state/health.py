@@ -1,0 +1,96 @@
+"""The health verdict's vocabulary, shared by every room: severities, the action ladder, how a
+fault clears, GPU states, and the verdict types the health checker publishes.
+
+The health checker (``runtimekit.healthcheck``) produces these; the exporter, the slicer, the
+device plugin and the remediation service read them. They live in the base so that no room
+imports another to speak of health (../ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Severity of a fault: what it does to the GPU's health.
+INFO = "info"  # recorded and exported, health unchanged
+WARNING = "warning"  # the GPU is suspect: usable, but watch it (or fix it when idle)
+CRITICAL = "critical"  # the GPU is unhealthy: place no new work on it
+SEVERITIES = (INFO, WARNING, CRITICAL)
+
+# The action ladder, mildest first (gpu-faults.md §6): what an operator or automation should do.
+NONE = "none"
+RESTART_APPLICATION = "restart_application"
+DRAIN_AND_RESET_GPU = "drain_and_reset_gpu"
+REBOOT_NODE = "reboot_node"
+REPLACE_NODE = "replace_node"
+ACTIONS = (NONE, RESTART_APPLICATION, DRAIN_AND_RESET_GPU, REBOOT_NODE, REPLACE_NODE)
+
+# How a fault clears once its signal is gone.
+CLEARS_WHEN_CLEAN = "clean_samples"  # after N samples without the signal (recoverable classes)
+CLEARS_ON_RESET = "gpu_reset"  # only once a GPU reset (or a reboot) is observed: sticky
+CLEARS_ON_REBOOT = "node_reboot"  # only once the node's boot id changed: sticky
+
+# Health states of a GPU (and of the node, as the worst of its GPUs).
+HEALTHY = "healthy"
+SUSPECT = "suspect"
+UNHEALTHY = "unhealthy"
+RECOVERING = "recovering"
+STATES = (HEALTHY, SUSPECT, UNHEALTHY, RECOVERING)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveFault:
+    """A fault the state machine holds for a GPU (persisted for sticky ones)."""
+
+    fault: str
+    severity: str
+    action: str
+    evidence: str
+    clears: str
+    first_seen: float
+    last_seen: float
+    gpu_instance_id: int | None = None
+    clean_samples: int = 0  # consecutive sampled evaluations without the signal (CLEARS_WHEN_CLEAN)
+    fault_class: str = ""  # the fault policy's class (memory, nvlink, thermal, power, ...); "" if unknown
+    schedulable: bool | None = None  # the policy's word; None: derived from the severity (critical: no)
+
+    @property
+    def current(self) -> bool:
+        """The signal is there now (or the fault is sticky): the fault sets the GPU's state."""
+        return self.clean_samples == 0 or self.clears != CLEARS_WHEN_CLEAN
+
+    @property
+    def keeps_schedulable(self) -> bool:
+        """Whether the GPU may take new work while this fault is held (healthcheck/policy.yaml)."""
+        return self.schedulable if self.schedulable is not None else self.severity != CRITICAL
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    index: int
+    uuid: str
+    state: str
+    faults: tuple[ActiveFault, ...] = ()
+    since: float = 0.0  # when the GPU entered ``state``
+    action: str = NONE  # the strongest action of its active faults
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether new work may be placed on the GPU (the device plugin and slicer read this): its
+        state allows it and every fault whose signal is there keeps it schedulable by the policy."""
+        return self.state in (HEALTHY, SUSPECT, RECOVERING) and all(
+            f.keeps_schedulable for f in self.faults if f.current)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    """The node's verdict: the worst GPU state, and per GPU health."""
+
+    evaluated_at: float
+    state: str
+    action: str
+    gpus: tuple[GpuHealth, ...] = ()
+    transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, from, to)
+    fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, fault, severity)
+    detector_seconds: float = 0.0  # CPU the last evaluation took
+    faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)
