@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-__all__ = ["SimClientError", "SimRejectedError", "inject_remote", "request_json"]
+__all__ = ["SimClientError", "SimRejectedError", "inject_remote", "reboot_remote", "request_json"]
 
 
 class SimClientError(RuntimeError):
@@ -53,3 +53,12 @@ def inject_remote(
     if clear:
         return request_json("DELETE", url, {"gpu": gpu, "fault": fault}, timeout)
     return request_json("POST", url, {"gpu": gpu, "fault": fault, "params": params or {}}, timeout)
+
+
+def reboot_remote(agent_url: str, timeout: float = 5.0) -> dict:
+    """Simulate a reboot of the simulated node of the agent at ``agent_url``.
+
+    Returns the agent's JSON answer: {"boot_id": str | None, "cleared": n} (faults cleared).
+    Raises SimRejectedError on 4xx (e.g. 403 for a non-loopback caller), SimClientError otherwise.
+    """
+    return request_json("POST", agent_url.rstrip("/") + "/sim/v1/reboot", {}, timeout)

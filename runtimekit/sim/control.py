@@ -12,6 +12,9 @@
                                -> {"pod": {...}}; or {"count": N} (generated pods) -> {"count": N}
     DELETE /sim/v1/pods        {"namespace", "name"} -> {"deleted": "namespace/name"}
     POST   /sim/v1/sources     {"source": "kubelet" | "cri", "running": bool} -> {"source", "running"}
+    POST   /sim/v1/reboot      (no body) -> {"boot_id": str | null, "cleared": n}: simulate a node
+                               reboot (faults cleared, driver counters restarted, processes gone,
+                               a new boot id; boot_id is null without a simulated host)
 
 A peer outside 127.0.0.0/8 and ::1 gets 403. Bad input gets 400 with {"error": "<field>: <rule>"}
 and changes nothing. Handlers only touch in-memory node state (no NVML, no I/O), so they run on
@@ -188,6 +191,13 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         await host.set_running(source, running)
         return {"source": source, "running": running}
 
+    async def post_reboot(request: web.Request) -> Any:
+        await _body(request)  # a body, if any, must still be a JSON object
+        if host is not None:
+            return host.reboot()
+        return {"boot_id": None, "cleared": node.reboot()}
+
+    app.router.add_post("/sim/v1/reboot", _guarded(post_reboot))
     app.router.add_get("/sim/v1/pods", _guarded(get_pods))
     app.router.add_post("/sim/v1/pods", _guarded(post_pod))
     app.router.add_delete("/sim/v1/pods", _guarded(delete_pod))

@@ -4,7 +4,8 @@
 API (``control``) read. ``validate_params`` checks a parameter dict against it and fills
 defaults; node-dependent limits (link index < the GPU's link count, PCIe generation <= its max)
 are checked by ``SimulatedNode.inject``. XID meanings: NVIDIA "XID Errors" catalogue
-(https://docs.nvidia.com/deploy/xid-errors/).
+(https://docs.nvidia.com/deploy/xid-errors/); ECC containment and row remapping: NVIDIA "GPU Memory
+Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
 """
 
 from __future__ import annotations
@@ -106,14 +107,28 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 (ParamSpec("count", int, 1, "uncorrectable errors to add", minimum=1, maximum=1_000_000),),
                 xid=48,
             ),
+            FaultSpec(
+                "ecc-contained",
+                "contained uncorrectable DRAM ECC error (A100/H100): uncorrected volatile and aggregate ECC "
+                "counters grow by count, uncorrectable remapped rows grow by count and a remap goes pending "
+                "(reset to apply); DBE event, XID 94 (contained: only the faulting app dies), then XID 63",
+                (ParamSpec("count", int, 1, "uncorrectable errors (one faulty row each)", minimum=1, maximum=512),),
+                xid=94,
+            ),
             FaultSpec("row-remap-pending", "an uncorrectable row remap is pending (reset needed); XID 63", xid=63),
             FaultSpec("row-remap-failure", "row remapping failed; XID 64", xid=64),
             FaultSpec("gpu-lost", "every call on the device returns NVML_ERROR_GPU_IS_LOST"),
             FaultSpec("nvlink-down", "the NVLink goes inactive and its throughput stops", (_LINK,)),
             FaultSpec(
                 "nvlink-crc",
-                "NVLink CRC flit and data error counters grow at rate per second",
+                "NVLink CRC flit and data error counters grow at rate per second; the replay counter grows "
+                "with them (each CRC-errored flit is replayed)",
                 (ParamSpec("rate", float, 1000.0, "errors per second", minimum=0, maximum=1e9), _LINK),
+            ),
+            FaultSpec(
+                "nvlink-recovery",
+                "NVLink recovery (DL_RECOVERY) counter grows by count (the link retrained); CRC and replay stay",
+                (ParamSpec("count", int, 1, "link recoveries to add", minimum=1, maximum=1_000_000), _LINK),
             ),
             FaultSpec(
                 "compute-mode",

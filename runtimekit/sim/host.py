@@ -6,7 +6,9 @@ as they do on a real node, and the agent's real attribution code reads them unch
 - ``<root>/var/lib/kubelet/pod-resources/kubelet.sock`` — the pod-resources API (v1);
 - ``<root>/run/containerd/containerd.sock`` (or ``crio/crio.sock``) — the CRI RuntimeService;
 - ``<root>/proc`` — a /proc tree with every simulated GPU process (stat, statm, status,
-  cmdline, comm, cgroup in the scenario's runtime, cgroup driver and version).
+  cmdline, comm, cgroup in the scenario's runtime, cgroup driver and version);
+- ``<root>/proc/sys/kernel/random/boot_id`` — the kernel's boot id (a UUID, new on each boot,
+  proc(5)); ``reboot()`` simulates a node reboot and writes a new one.
 
 The /proc tree is brought up to date whenever the node's process list changes, in the thread
 that asked for it (NVML's, in the agent) — before the agent can see the process in NVML, as a
@@ -16,8 +18,10 @@ real kernel creates /proc/PID before the process opens the GPU.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from .cri import FakeCriServer
@@ -53,6 +57,36 @@ class SimulatedHost:
         self._started_at: dict[int, float] = {}
         self._cpu_written_at = 0.0
         self._lock = threading.Lock()
+        self.boot_id_path = str(self.root / "proc/sys/kernel/random/boot_id")
+        self.boot_id = ""
+        self._new_boot_id()
+
+    def _new_boot_id(self) -> None:
+        """Write a fresh boot id (lower-case UUID and a newline, as the kernel prints it)."""
+        self.boot_id = str(uuid.uuid4())
+        path = Path(self.boot_id_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(".boot_id.tmp")
+        tmp.write_text(self.boot_id + "\n")
+        os.replace(tmp, path)
+
+    def reboot(self) -> dict:
+        """Simulate a node reboot: the node's faults, driver counters and processes
+        (``SimulatedNode.reboot``), a new boot id, and /proc with no process and a new ``btime``.
+
+        The fake kubelet and CRI servers keep serving (the simulated node's pods come back, as
+        kubelet restarts them). Returns {"boot_id", "cleared"} (faults cleared).
+        """
+        cleared = self.node.reboot()
+        now = time.time()
+        with self._lock:
+            for pid in list(self._started_at):
+                del self._started_at[pid]
+            self._boot_time = now
+            self._proc.reboot(now)
+            self._new_boot_id()
+        self.sync_proc(self.node.processes())
+        return {"boot_id": self.boot_id, "cleared": cleared}
 
     async def start(self) -> None:
         self.sync_proc(self.node.processes())

@@ -13,14 +13,13 @@ devices are one ``ContainerDevices`` per resource; ``GetAllocatableResources`` l
 kubelet does not know fails. It is a stand-in for the kubelet, not a copy of our client: the
 agent's ``attribution.podresources`` speaks to it exactly as to a real kubelet.
 
-``FakeUnixGrpcServer`` is the lifecycle both fake servers share (``sim.cri`` uses it too).
+``FakeUnixGrpcServer`` is the lifecycle both fake servers share (``sim.cri`` uses it too),
+built on ``runtimekit.grpc_unix.UnixGrpcServer``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -28,81 +27,25 @@ import grpc.aio
 
 from runtimekit._proto.podresources.v1 import api_pb2 as pb
 from runtimekit._proto.podresources.v1 import api_pb2_grpc as pb_grpc
+from runtimekit.grpc_unix import UnixGrpcServer
 
 from .pods import GPU_RESOURCE, SimContainer, SimDevice, SimPod
 
 __all__ = ["FakePodResourcesServer", "FakeUnixGrpcServer", "pod_resources_of"]
 
 
-class FakeUnixGrpcServer:
-    """A ``grpc.aio`` server on one unix socket that can be started, stopped and started again.
-
-    ``start()`` creates the socket's directory, removes a stale socket left by a previous run
-    (never a file that is not a socket), binds and serves; ``stop()`` stops serving and removes
-    the socket, as a kubelet or runtime that exits does. ``delay_s`` makes every answer late (a
-    slow or hung source, for deadline tests and fault injection).
-    """
+class FakeUnixGrpcServer(UnixGrpcServer):
+    """The lifecycle both fake servers share: ``grpc_unix.UnixGrpcServer`` (start, stop, start
+    again; stale socket removal) plus ``delay_s``, which makes every answer late (a slow or hung
+    source, for deadline tests and fault injection)."""
 
     def __init__(self, socket_path: str) -> None:
-        self.socket_path = os.path.abspath(socket_path)
+        super().__init__(socket_path)
         self.delay_s = 0.0
-        self._server: grpc.aio.Server | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    @property
-    def endpoint(self) -> str:
-        """The gRPC target of this server ("unix:/abs/path.sock")."""
-        return f"unix:{self.socket_path}"
-
-    def _add_servicers(self, server: grpc.aio.Server) -> None:
-        raise NotImplementedError
-
-    async def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError(f"{type(self).__name__} already serving on {self.socket_path}")
-        _remove_stale_socket(self.socket_path)
-        server = grpc.aio.server()
-        self._add_servicers(server)
-        try:
-            server.add_insecure_port(self.endpoint)
-            await server.start()
-        except BaseException:
-            await server.stop(None)
-            raise
-        self._server = server
-
-    async def stop(self, grace: float | None = None) -> None:
-        """Stop serving (in-flight calls get ``grace`` seconds, None: cancelled now); idempotent."""
-        server, self._server = self._server, None
-        if server is not None:
-            await server.stop(grace)
-        _remove_stale_socket(self.socket_path, create_dir=False)
-
-    async def __aenter__(self):
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
     async def _answer_delay(self) -> None:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)
-
-
-def _remove_stale_socket(path: str, *, create_dir: bool = True) -> None:
-    if create_dir:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise FileExistsError(f"{path} exists and is not a socket; not removing it")
-    os.unlink(path)
 
 
 def _container_resources(container: SimContainer) -> pb.ContainerResources:

@@ -4,7 +4,7 @@ Everything NVML knows comes through the NVML layer (``runtimekit/gpu/``, the onl
 pynvml): one ``NodeReader`` snapshot gives identity, limits, driver versions, NVLink counts,
 modes, memory and the current readings; ``runtimekit.gpu.topology`` adds PCI ids, NUMA node, CPU
 affinity and the far end of every NVLink. The host's NUMA layout, CPU sockets and RDMA NICs come
-from sysfs under ``sys_root`` (a parameter, like every host path).
+from sysfs under ``sys_root`` (a parameter, like every host path) through ``runtimekit.host``.
 
 What neither can tell is written as a marked placeholder and listed under ``x-recorded`` (a
 free top-level key that ``parse_scenario`` ignores), with the reason: PCIe switch names, which
@@ -26,6 +26,7 @@ from runtimekit.gpu.nvml import GpuLostError, NvmlSession
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.gpu.topology import GpuTopology, read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
+from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, rdma_nics
 
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
@@ -73,25 +74,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-") or "gpu"
 
 
-def _cpulist(cpus: Any) -> str:
-    """Ascending CPU ids as a cpu list: (0, 1, 2, 5) -> "0-2,5"."""
-    ranges: list[list[int]] = []
-    for c in sorted(set(cpus)):
-        if ranges and ranges[-1][1] == c - 1:
-            ranges[-1][1] = c
-        else:
-            ranges.append([c, c])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
-
-
-def _parse_cpulist(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in filter(None, text.strip().split(",")):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
 def _or(value: Reading[Any], default: Any) -> Any:
     return value if is_available(value) else default
 
@@ -100,38 +82,17 @@ def _or(value: Reading[Any], default: Any) -> Any:
 
 
 def _sys_numa_nodes(sys_root: Path) -> list[dict[str, Any]]:
-    out = []
-    nodes = (sys_root / "devices/system/node").glob("node[0-9]*")
-    for d in sorted(nodes, key=lambda p: int(p.name[4:])):
-        cpus = (d / "cpulist").read_text().strip() if (d / "cpulist").is_file() else ""
-        if cpus:
-            out.append(_Flow(id=int(d.name[4:]), cpus=_Q(cpus)))
-    return out
-
-
-def _sys_sockets(sys_root: Path) -> int | None:
-    ids = set()
-    for f in (sys_root / "devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
-        ids.add(f.read_text().strip())
-    return len(ids) or None
+    return [_Flow(id=n.id, cpus=_Q(n.cpus)) for n in numa_nodes(sys_root)]
 
 
 def _sys_nics(sys_root: Path, numa_ids: set[int]) -> list[dict[str, Any]]:
-    out = []
-    for d in sorted((sys_root / "class/infiniband").glob("*")):
-        dev = (d / "device").resolve()
-        numa = (dev / "numa_node").read_text().strip() if (dev / "numa_node").is_file() else "-1"
-        bus = dev.name.upper()
-        if re.match(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus):
-            bus = "0000" + bus
-        if not _BUS_ID.match(bus):
-            continue
-        node = int(numa) if numa.lstrip("-").isdigit() and int(numa) in numa_ids else min(numa_ids)
-        rate = d / "ports/1/rate"  # "400 Gb/sec (4X NDR)"
-        words = rate.read_text().split() if rate.is_file() else []
-        gbps = int(float(words[0])) if words and words[0].replace(".", "", 1).isdigit() else 0
-        out.append(_Flow(name=d.name, pci_bus_id=_Q(bus), numa_node=node, pcie_switch=PLACEHOLDER_SWITCH, rate_gbps=gbps))
-    return out
+    """RDMA NICs as scenario entries; a NIC with no NUMA node (or an unknown one) goes on the lowest."""
+    return [
+        _Flow(name=n.name, pci_bus_id=_Q(n.pci_bus_id),
+              numa_node=n.numa_node if n.numa_node in numa_ids else min(numa_ids),
+              pcie_switch=PLACEHOLDER_SWITCH, rate_gbps=n.rate_gbps)
+        for n in rdma_nics(sys_root)
+    ]
 
 
 # ---- the recording ------------------------------------------------------------------------------
@@ -274,7 +235,7 @@ def _numa_nodes(
             derived.setdefault(int(t.numa_node), set()).update(t.cpu_affinity)
     if derived:
         notes.estimate("node.numa_nodes: no NUMA nodes in sysfs; derived from the GPUs' NUMA node and CPU affinity")
-        return [_Flow(id=i, cpus=_Q(_cpulist(cpus))) for i, cpus in sorted(derived.items())]
+        return [_Flow(id=i, cpus=_Q(format_cpulist(cpus))) for i, cpus in sorted(derived.items())]
     notes.placeholder("node.numa_nodes: neither sysfs nor NVML gave a NUMA layout (one node, CPU 0)")
     return [_Flow(id=0, cpus=_Q("0"))]
 
@@ -287,7 +248,7 @@ def _gpu_numa(topo: GpuTopology, numa: list[dict[str, Any]]) -> int:
     if is_available(topo.cpu_affinity) and topo.cpu_affinity:
         first = topo.cpu_affinity[0]
         for n in numa:
-            if first in _parse_cpulist(n["cpus"]):
+            if first in parse_cpulist(n["cpus"]):
                 return int(n["id"])
     return min(ids)
 
@@ -351,7 +312,7 @@ def _cuda_version(text: Reading[str]) -> int:
     return int(major) * 1000 + int(minor or 0) * 10
 
 
-def record_scenario(name: str = "recorded", *, sys_root: str = "/sys") -> str:
+def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT) -> str:
     """The scenario YAML of this node (RuntimeError with the reason when NVML is not usable)."""
     snapshot, topos = _sample(NvmlSession())
     root = Path(sys_root)
@@ -364,13 +325,13 @@ def record_scenario(name: str = "recorded", *, sys_root: str = "/sys") -> str:
     members: dict[str, list[GpuSnapshot]] = {}
     switches: list[str] = []
     gpus = []
-    for gpu, topo in zip(snapshot.gpus, topos):
+    for gpu, topo in zip(snapshot.gpus, topos, strict=True):
         key = _slug(_or(gpu.identity.name, "gpu"))
         if key not in models:
             models[key] = _model(gpu, topo, key, notes)
         members.setdefault(key, []).append(gpu)
         if is_available(topo.cpu_affinity):
-            affinity = _cpulist(topo.cpu_affinity)
+            affinity = format_cpulist(topo.cpu_affinity)
         else:
             affinity = next(n["cpus"] for n in numa if n["id"] == _gpu_numa(topo, numa))
             notes.estimate(f"gpus[{gpu.index}].cpu_affinity: NVML gave none; the CPUs of its NUMA node")
@@ -401,7 +362,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = "/sys") -> str:
         notes.placeholder("nics[*].rate_gbps: 0 where ports/1/rate was unreadable")
     if not nics:
         notes.placeholder(f"nics: none found under {root / 'class/infiniband'}")
-    sockets = _sys_sockets(root)
+    sockets = cpu_sockets(root)
     if sockets is None:
         notes.placeholder(f"node.sockets: 1 (no CPU topology under {root / 'devices/system/cpu'})")
     recorded_at = datetime.now(UTC).replace(microsecond=0).isoformat()

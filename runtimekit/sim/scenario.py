@@ -5,13 +5,13 @@ A scenario is YAML (built-ins live in ``runtimekit/sim/scenarios/``): driver ver
 NVSwitches, NICs and one entry per GPU (identity, PCI bus id, NUMA node, CPU affinity, PCIe switch,
 NICs, and for each NVLink the index of the NVSwitch at its far end). Top-level keys starting with
 ``x-`` are free (YAML anchors live there). Loading validates everything: an unknown key, a wrong
-type or a broken cross-reference raises ``ScenarioError`` naming the key path and the rule.
+type or a broken cross-reference raises ``ScenarioError`` naming the key path and the rule. The
+spec types (``Scenario``, ``GpuSpec``, ``GpuModel``, ...) live in ``scenario_types``, re-exported here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,17 @@ from .pods import (
     container_id_for,
     pod_uid_for,
 )
+from .scenario_types import (
+    ARCHITECTURES,
+    LOAD_PROFILES,
+    GpuModel,
+    GpuSpec,
+    NicSpec,
+    NumaNodeSpec,
+    NvSwitchSpec,
+    Scenario,
+    ScenarioError,
+)
 
 __all__ = [
     "ScenarioError",
@@ -46,115 +57,12 @@ __all__ = [
     "LOAD_PROFILES",
 ]
 
-#: architecture name -> NVML_DEVICE_ARCH_* value (pynvml constants).
-ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
-#: simulated load profiles (see ``runtimekit.sim.load``).
-LOAD_PROFILES = ("training", "idle", "busy")
-
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _POD_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
-
-class ScenarioError(ValueError):
-    """A scenario file is missing, malformed, or breaks a rule; the message names the key."""
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """Facts shared by every GPU of one model (units in the field names)."""
-
-    key: str
-    name: str
-    architecture: str
-    compute_capability: tuple[int, int]
-    pci_device_id: int
-    pci_subsystem_id: int
-    vbios_version: str
-    board_part_number: str
-    memory_total_mib: int
-    memory_reserved_mib: int
-    bar1_total_mib: int
-    power_limit_w: int
-    power_idle_w: int
-    clocks_max_mhz: dict[str, int]
-    clocks_idle_mhz: dict[str, int]
-    temperature_thresholds_c: dict[str, int]
-    pcie_generation: int
-    pcie_width: int
-    nvlink_version: int
-    nvlink_links: int
-    nvlink_link_gbps: int  # GB/s per direction per link
-    mig_capable: bool
-    fan: bool
-    retired_pages: bool
-    row_remapping: bool
-
-    @property
-    def arch_code(self) -> int:
-        """NVML_DEVICE_ARCH_* for ``architecture``."""
-        return ARCHITECTURES[self.architecture]
-
-
-@dataclass(frozen=True)
-class NvSwitchSpec:
-    id: int
-    pci_bus_id: str
-
-
-@dataclass(frozen=True)
-class NicSpec:
-    name: str
-    pci_bus_id: str
-    numa_node: int
-    pcie_switch: str
-    rate_gbps: int
-
-
-@dataclass(frozen=True)
-class NumaNodeSpec:
-    id: int
-    cpus: str
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU of the node; ``nvlinks[i]`` is the NVSwitch index at the far end of link i."""
-
-    index: int
-    model: GpuModel
-    uuid: str
-    serial: str
-    pci_bus_id: str
-    numa_node: int
-    cpu_affinity: str
-    pcie_switch: str
-    nics: tuple[str, ...]
-    nvlinks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A validated scenario; ``raw`` keeps the parsed YAML for later readers."""
-
-    name: str
-    description: str
-    driver_version: str
-    cuda_driver_version: int
-    nvml_version: str
-    models: dict[str, GpuModel]
-    gpus: tuple[GpuSpec, ...]
-    nvswitches: tuple[NvSwitchSpec, ...]
-    nics: tuple[NicSpec, ...]
-    numa_nodes: tuple[NumaNodeSpec, ...]
-    sockets: int
-    cpu_model: str
-    load_profile: str
-    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
-    source: str = ""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 # ---- schema ---------------------------------------------------------------------------------
@@ -341,8 +249,8 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
             raise ScenarioError(f"nics[{i}].pci_bus_id: must look like 00000000:1A:00.0")
     numa = tuple(NumaNodeSpec(n["id"], n["cpus"]) for n in data["node"]["numa_nodes"])
     numa_ids = {n.id for n in numa}
-    for i, n in enumerate(numa):
-        if not _CPULIST.match(n.cpus):
+    for i, numa_node in enumerate(numa):
+        if not _CPULIST.match(numa_node.cpus):
             raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
     if not data["gpus"]:
         raise ScenarioError("gpus: at least one GPU is required")

@@ -387,3 +387,18 @@ async def test_a_fresh_channel_is_not_retried(kubelet):
         await client.list()
     assert made == [1]
     await client.close()
+
+
+def test_attribution_errors_are_the_shared_unix_grpc_errors(tmp_path):
+    """attribution's vocabulary sits on runtimekit.grpc_unix (one transport for agent and simulator)."""
+    from runtimekit import grpc_unix
+
+    assert issubclass(SourceUnavailable, grpc_unix.UnixRpcUnavailable) and issubclass(SourceUnavailable, SourceError)
+    assert issubclass(PodResourcesClient, grpc_unix.UnixRpcClient) and issubclass(FakeCriServer, grpc_unix.UnixGrpcServer)
+    assert grpc_unix.socket_path_of("unix:///run/x.sock") == "/run/x.sock"
+    not_a_socket = tmp_path / "plain"
+    not_a_socket.write_text("x")
+    with pytest.raises(FileExistsError):
+        grpc_unix.remove_stale_socket(str(not_a_socket))
+    grpc_unix.remove_stale_socket(str(tmp_path / "sub" / "absent.sock"))  # creates the directory, no error
+    assert (tmp_path / "sub").is_dir()

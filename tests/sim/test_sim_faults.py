@@ -14,8 +14,8 @@ def test_every_kind_has_a_test():
     assert set(FAULT_KINDS) == {
         "xid", "ecc-uncorrectable", "row-remap-pending", "row-remap-failure", "gpu-lost", "nvlink-down",
         "nvlink-crc", "compute-mode", "memory-leak", "driver-error", "thermal-slowdown", "power-brake",
-        "pcie-downtrain",
-    }
+        "pcie-downtrain", "ecc-contained", "nvlink-recovery",
+    }  # ecc-contained, nvlink-recovery and the NVLink replay coupling: test_sim_fault_couplings.py
 
 
 def test_gpu_lost_only_that_gpu_and_clear(nvml, node):

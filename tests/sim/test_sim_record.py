@@ -58,7 +58,7 @@ def test_record_the_simulated_node(installed, tmp_path):
     text = record_scenario("copy", sys_root=str(fake_sys(tmp_path, original)))
     copy = parse_scenario(yaml.safe_load(text))
     assert copy.name == "copy" and len(copy.gpus) == 8
-    for a, b in zip(original.gpus, copy.gpus):
+    for a, b in zip(original.gpus, copy.gpus, strict=True):
         assert (a.uuid, a.pci_bus_id, a.serial, a.nvlinks) == (b.uuid, b.pci_bus_id, b.serial, b.nvlinks)
         assert a.model.name == b.model.name and a.model.memory_total_mib == b.model.memory_total_mib
         assert a.cpu_affinity == b.cpu_affinity

@@ -1,0 +1,262 @@
+"""gRPC over unix sockets: the client and server plumbing every unix-socket gRPC user shares.
+
+Client side (the agent's kubelet pod-resources and CRI clients, ``runtimekit.attribution``):
+
+- ``unix_channel(path)``: a ``grpc.aio`` insecure channel to ``unix:<path>`` with short reconnect
+  backoff (100 ms to 1 s: a unix socket answers at once or not at all) and gRPC's own retries off;
+- ``UnixRpcClient``: a lazily opened channel, a deadline on every call (``timeout`` seconds, the
+  one retry included) and one error mapping: ``unavailable_type`` when nothing answered (socket
+  missing or not a socket, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED), ``error_type`` when the
+  peer answered with another status. Subclasses name the types (attribution: ``SourceError``).
+
+Server side (the simulator's fake kubelet and CRI runtime, ``runtimekit.sim``):
+
+- ``UnixGrpcServer``: a ``grpc.aio`` server on one socket that starts (creating the directory,
+  removing a stale socket file, never anything else), stops (removing the socket, as a kubelet
+  that exits does) and starts again; ``remove_stale_socket`` on its own.
+
+A base module: it imports grpc only, never the simulator or the agent's parts. Blocking: none;
+everything runs on the event loop (grpc.aio). Sources: gRPC naming (``unix:path`` targets,
+https://github.com/grpc/grpc/blob/master/doc/naming.md); channel arguments (grpc_types.h).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+__all__ = [
+    "UNAVAILABLE_CODES",
+    "UnixGrpcServer",
+    "UnixRpcClient",
+    "UnixRpcError",
+    "UnixRpcUnavailable",
+    "remove_stale_socket",
+    "socket_path_of",
+    "unix_channel",
+]
+
+_T = TypeVar("_T")
+
+#: Codes that mean "nobody answered", as opposed to "the peer answered with an error".
+UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+
+#: Channel arguments of every client channel (grpc_types.h names).
+CHANNEL_OPTIONS = (
+    # A unix socket either answers at once or not at all: keep backoff short.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.enable_retries", 0),
+)
+
+
+class UnixRpcError(Exception):
+    """A call to a unix-socket gRPC peer failed. ``source`` names the peer ("kubelet
+    pod-resources"), ``socket_path`` its socket, ``code`` the gRPC status code name
+    ("UNIMPLEMENTED") or None when no call was made."""
+
+    def __init__(self, source: str, socket_path: str, reason: str, code: str | None = None) -> None:
+        super().__init__(f"{source} at unix:{socket_path}: {reason}")
+        self.source = source
+        self.socket_path = socket_path
+        self.reason = reason
+        self.code = code
+
+
+class UnixRpcUnavailable(UnixRpcError):
+    """Nothing answered: socket missing or refused, or no reply before the deadline."""
+
+
+def socket_path_of(endpoint: str) -> str:
+    """The filesystem path of a unix endpoint: "/p", "unix:/p" and "unix:///p" all give "/p"."""
+    if endpoint.startswith("unix://"):
+        return endpoint[len("unix://") :]
+    if endpoint.startswith("unix:"):
+        return endpoint[len("unix:") :]
+    return endpoint
+
+
+def unix_channel(socket_path: str) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel to the unix socket at ``socket_path`` (``CHANNEL_OPTIONS``).
+    Call inside the running event loop, as grpc.aio requires."""
+    return grpc.aio.insecure_channel(f"unix:{socket_path_of(socket_path)}", options=list(CHANNEL_OPTIONS))
+
+
+class UnixRpcClient:
+    """A lazily opened ``grpc.aio`` channel to one unix socket, with deadlines and error mapping.
+
+    The channel is created on the first call (inside the running event loop, as grpc.aio
+    requires) and dropped when a call finds nobody answering, so a kubelet or runtime that
+    restarted, re-creating its socket, is picked up by the next call without waiting out gRPC's
+    reconnect backoff. A call that fails as unavailable on a channel that had worked before is
+    retried once on a fresh channel within the same deadline budget.
+    """
+
+    source = "gRPC source"  # overridden: the human name used in error messages
+    #: Raised when the source answered with an error; called as ``(source, socket_path, reason, code)``.
+    error_type: type[UnixRpcError] = UnixRpcError
+    #: Raised when nothing answered (missing or refused socket, deadline); same signature.
+    unavailable_type: type[UnixRpcError] = UnixRpcUnavailable
+
+    def __init__(self, socket_path: str, timeout: float = 5.0) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        self.socket_path = socket_path_of(socket_path)
+        self.timeout = float(timeout)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: object | None = None
+
+    # -- subclass hook -------------------------------------------------------------------------
+    def _make_stub(self, channel: grpc.aio.Channel) -> object:
+        raise NotImplementedError
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Close the channel (idempotent); a later call opens a new one."""
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _check_socket(self) -> None:
+        try:
+            mode = os.stat(self.socket_path).st_mode
+        except FileNotFoundError:
+            raise self.unavailable_type(self.source, self.socket_path, "socket does not exist") from None
+        except OSError as exc:
+            raise self.unavailable_type(self.source, self.socket_path, f"cannot stat socket: {exc}") from None
+        if not stat.S_ISSOCK(mode):
+            raise self.unavailable_type(self.source, self.socket_path, "path exists but is not a socket")
+
+    def _stub_now(self) -> tuple[object, bool]:
+        """The stub, and whether its channel is new (never used for a call yet)."""
+        if self._stub is None:
+            self._channel = unix_channel(self.socket_path)
+            self._stub = self._make_stub(self._channel)
+            return self._stub, True
+        return self._stub, False
+
+    async def _drop_channel(self) -> None:
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            try:
+                await channel.close()
+            except Exception:  # closing a broken channel must not hide the real error
+                pass
+
+    async def _call(self, what: str, invoke: Callable[[object, float], Awaitable[_T]]) -> _T:
+        """Run ``invoke(stub, timeout)`` and map gRPC failures to ``error_type``/``unavailable_type``.
+
+        ``what`` names the call in messages ("List"). The whole call, retry included, stays
+        within ``self.timeout`` seconds.
+        """
+        self._check_socket()
+        deadline = time.monotonic() + self.timeout
+        stub, fresh = self._stub_now()
+        for attempt in (1, 2):
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                return await invoke(stub, remaining)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code not in UNAVAILABLE_CODES:
+                    reason = f"{what} failed: {code.name}: {exc.details()}"
+                    raise self.error_type(self.source, self.socket_path, reason, code.name) from None
+                await self._drop_channel()
+                if (
+                    attempt == 1
+                    and not fresh
+                    and code == grpc.StatusCode.UNAVAILABLE
+                    and time.monotonic() < deadline
+                ):
+                    # The channel predates a restart of the source: one more try on a new one.
+                    self._check_socket()
+                    stub, fresh = self._stub_now()
+                    continue
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    reason = f"{what} got no answer within {self.timeout:g}s"
+                else:
+                    reason = f"{what} failed: {code.name}: {exc.details()}"
+                raise self.unavailable_type(self.source, self.socket_path, reason, code.name) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class UnixGrpcServer:
+    """A ``grpc.aio`` server on one unix socket that can be started, stopped and started again.
+
+    ``start()`` creates the socket's directory, removes a stale socket left by a previous run
+    (never a file that is not a socket), binds and serves; ``stop()`` stops serving and removes
+    the socket, as a kubelet or runtime that exits does.
+    """
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = os.path.abspath(socket_path)
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def endpoint(self) -> str:
+        """The gRPC target of this server ("unix:/abs/path.sock")."""
+        return f"unix:{self.socket_path}"
+
+    def _add_servicers(self, server: grpc.aio.Server) -> None:
+        """Subclass hook: add the servicers to ``server`` before it binds."""
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError(f"{type(self).__name__} already serving on {self.socket_path}")
+        remove_stale_socket(self.socket_path)
+        server = grpc.aio.server()
+        self._add_servicers(server)
+        try:
+            server.add_insecure_port(self.endpoint)
+            await server.start()
+        except BaseException:
+            await server.stop(None)
+            raise
+        self._server = server
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving (in-flight calls get ``grace`` seconds, None: cancelled now); idempotent."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+        remove_stale_socket(self.socket_path, create_dir=False)
+
+    async def __aenter__(self):
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def remove_stale_socket(path: str, *, create_dir: bool = True) -> None:
+    """Remove a socket file left at ``path`` by a previous server (creating its directory first
+    when ``create_dir``); FileExistsError if ``path`` is something other than a socket."""
+    if create_dir:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"{path} exists and is not a socket; not removing it")
+    os.unlink(path)
