@@ -7,7 +7,9 @@ Real processes on loopback: the agent on the simulated dgx-h100 node, Debian's `
 cannot run here: a small fake (tests/kube_fakes.py) validates node PATCHes as the real one does.
 
 XID 79 on GPU 3 must end with the node cordoned and tainted and exactly one call to the spare-node
-endpoint although Alertmanager re-sends; an application XID (13) must trigger nothing. The
+endpoint although Alertmanager re-sends, naming GPU 3 by the UUID the agent exports (the alert's
+``uuid`` and ``gpu`` labels); an application XID (13) must trigger nothing. The remediation
+service runs with its breaker at the defaults on this 4-node cluster (breaker.min_nodes). The
 fault-to-replacement latency is printed.
 """
 
@@ -24,12 +26,13 @@ import aiohttp
 import pytest
 import yaml
 
-from runtimekit.sim.client import inject_remote
+from runtimekit.client import inject_remote
 from tests.agent_process import ROOT, free_port, start_agent
 from tests.kube_fakes import FakeKube, FakeReplacement, serve
 
 NODE = "gpu-1"  # the Kubernetes node the agent runs on (a target label added by the scrape)
 TOKEN = "e2e-token"
+pytestmark = pytest.mark.tool("prometheus", "prometheus-alertmanager")  # missing: fails under CI, skips elsewhere
 
 
 def binary(name: str) -> str:
@@ -72,8 +75,7 @@ async def cluster(tmp_path):
             "auth": {"token_file": str(tmp_path / "token")},
             "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig")},
             "replacement": {"url": replacement_url + "/replace", "backoff_seconds": 0.05},
-            "worker_interval_seconds": 0.1,
-            "breaker": {"max_nodes": 2, "max_percent": 50},  # a 4-node test cluster: one node is 25 %
+            "worker_interval_seconds": 0.1,  # the breaker keeps its defaults: one node of 4 is 25 % > 10 %
         }))
         processes.append(spawn([sys.executable, "-m", "runtimekit.cli", "remediate", "serve", "--config",
                                 str(tmp_path / "remediation.yaml")], tmp_path / "remediation.log"))
@@ -119,8 +121,18 @@ async def cluster(tmp_path):
         await replacement_runner.cleanup()
 
 
+def gpu_uuid(agent, index: int) -> str:
+    """The UUID the agent exports for GPU ``index`` (runtimekit_gpu_info{gpu, uuid})."""
+    found = [dict(labels)["uuid"] for (name, labels), _ in agent.samples().items()
+             if name == "runtimekit_gpu_info" and dict(labels).get("gpu") == str(index)]
+    assert len(found) == 1, f"runtimekit_gpu_info for GPU {index}: {found}"
+    return found[0]
+
+
 async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
     agent, kube, replacement, folder, remediation = cluster
+    uuid = gpu_uuid(agent, 3)
+    assert uuid.startswith("GPU-")
 
     inject_remote(agent.url, 2, "xid", {"xid": 13})  # an application error: nothing may happen
     await asyncio.sleep(6)
@@ -143,7 +155,10 @@ async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
     await asyncio.sleep(8)  # Alertmanager re-sends every 2 s: still one request
     assert len(replacement.calls) == 1
     key, body = replacement.calls[0]
-    assert key and NODE in str(body)
+    assert key and body["node"] == NODE
+    assert body["gpu_uuids"] == [uuid], body  # from the alert's `uuid` label
+    assert body["gpu_indices"] == ["3"], body  # from the alert's `gpu` label
+    assert body["fault"] == "RuntimeKitGPULost", body
     node = kube.nodes[NODE]
     assert node["spec"]["unschedulable"] is True
     assert any(t["key"] == "runtimekit.io/gpu-unhealthy" for t in node["spec"].get("taints", []))

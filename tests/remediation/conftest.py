@@ -9,10 +9,12 @@ from tests.kube_fakes import FakeKube, FakeReplacement, serve  # noqa: F401 (re-
 
 def alert_body(fingerprint="fp1", starts="2026-01-01T00:00:00Z", status="firing", node="gpu-1",
                action="replace_node") -> dict:
+    """An Alertmanager webhook body (version 4) with one alert labelled as the shipped rules label
+    theirs (alerts/runtimekit.rules.yml): ``node``, ``gpu`` (index), ``uuid``, ``severity``, ``action``."""
     return {"version": "4", "status": status, "receiver": "rk", "groupKey": "{}:{}", "truncatedAlerts": 0,
             "groupLabels": {}, "commonLabels": {}, "extra": 1,
-            "alerts": [{"status": status, "labels": {"alertname": "GpuXid79", "node": node, "action": action,
-                                                      "gpu_uuid": "GPU-a,GPU-b"},
+            "alerts": [{"status": status, "labels": {"alertname": "RuntimeKitGPULost", "node": node, "action": action,
+                                                      "severity": "critical", "gpu": "2,3", "uuid": "GPU-a,GPU-b"},
                         "annotations": {}, "startsAt": starts, "endsAt": "0001-01-01T00:00:00Z",
                         "generatorURL": "http://prom", "fingerprint": fingerprint}]}
 

@@ -10,11 +10,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import alert_body, write_config
 
-from runtimekit.healthcheck.remediation.actions import StepFailed, Steps, dry_run_result
-from runtimekit.healthcheck.remediation.config import ConfigError, load
-from runtimekit.healthcheck.remediation.journal import Action
-from runtimekit.healthcheck.remediation.kube import KubernetesNodeApi
-from runtimekit.healthcheck.remediation.server import JOURNAL, make_app
+from runtimekit.kube.remediation.actions import StepFailed, Steps, dry_run_result
+from runtimekit.kube.remediation.config import ConfigError, load
+from runtimekit.kube.remediation.journal import Action
+from runtimekit.kube.remediation.nodes import KubernetesNodeApi
+from runtimekit.kube.remediation.server import JOURNAL, make_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
 LADDER = {"replace_node": ["cordon", "taint", "drain", "replace"]}
@@ -45,7 +45,7 @@ def test_config_allows_drain_with_bounded_wait(tmp_path):
     with pytest.raises(ConfigError, match="drain.timeout_seconds"):
         load(None, {"auth.token_file": "t", "drain.timeout_seconds": -1})
     with pytest.raises(ConfigError, match="listed twice"):
-        load(None, {"auth.token_file": "t", "ladders": {"x": ["drain", "drain"]}})
+        load(None, {"auth.token_file": "t", "ladders": {"reboot_node": ["drain", "drain"]}})
     assert "Eviction API" in dry_run_result(config, _action(), {})["would"]
 
 

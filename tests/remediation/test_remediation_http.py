@@ -6,8 +6,8 @@ from conftest import alert_body, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtimekit.healthcheck.remediation.config import load
-from runtimekit.healthcheck.remediation.server import JOURNAL, make_app
+from runtimekit.kube.remediation.config import load
+from runtimekit.kube.remediation.server import JOURNAL, make_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
 
@@ -50,7 +50,9 @@ async def test_one_alert_three_times_one_replacement(fakes, tmp_path):
         await asyncio.sleep(0.2)
         assert len(repl.calls) == 1
         key, body = repl.calls[0]
+        # the GPUs come from the agent's own labels, `uuid` and `gpu` (not a `gpu_uuid` no alert carries)
         assert key.startswith("rk-") and body["node"] == "gpu-1" and body["gpu_uuids"] == ["GPU-a", "GPU-b"]
+        assert body["gpu_indices"] == ["2", "3"] and body["fault"] == "RuntimeKitGPULost"
         node = kube.nodes["gpu-1"]["spec"]
         assert node["unschedulable"] is True
         assert node["taints"] == [{"key": "runtimekit.io/gpu-unhealthy", "value": "true", "effect": "NoSchedule"}]
@@ -84,3 +86,30 @@ def test_fuzz_never_journals_on_4xx(tmp_path_factory, body, auth):
         finally:
             await client.close()
     asyncio.run(go())
+
+
+async def test_default_breaker_on_a_4_node_cluster_actions_the_first_node_and_opens_on_the_second(fakes, tmp_path):
+    """FakeKube lists 4 nodes. With the shipped breaker defaults (max_percent 10) the first node
+    was refused (25 % > 10 %); breaker.min_nodes 2 lets it through and opens on the second."""
+    kube, repl, url = fakes
+    client, app = await _client(tmp_path, url, breaker={})  # every breaker key at its default
+    try:
+        assert (await client.post("/api/v1/alerts", json=alert_body(node="gpu-1"), headers=AUTH)).status == 200
+        for _ in range(100):
+            if repl.calls and not app[JOURNAL].pending():
+                break
+            await asyncio.sleep(0.05)
+        assert len(repl.calls) == 1 and kube.nodes["gpu-1"]["spec"]["unschedulable"] is True
+        second = alert_body(fingerprint="fp2", node="gpu-2")
+        assert (await client.post("/api/v1/alerts", json=second, headers=AUTH)).status == 200
+        for _ in range(100):
+            if not app[JOURNAL].pending():
+                break
+            await asyncio.sleep(0.05)
+        assert len(repl.calls) == 1 and not kube.nodes["gpu-2"]["spec"].get("unschedulable")
+        actions = [a for a in await (await client.get("/api/v1/actions")).json() if a["node"] == "gpu-2"]
+        assert {a["state"] for a in actions} == {"skipped"}
+        assert any("2 of 4 nodes" in (a["result"] or {}).get("reason", "") for a in actions)
+        assert "runtimekit_remediation_breaker_open 1" in await (await client.get("/metrics")).text()
+    finally:
+        await client.close()

@@ -1,6 +1,6 @@
 """SIGKILL between receipt and action: after a restart the action completes, exactly once.
 
-The service runs as a real process (``python -m healthcheck.remediation serve``). The first run
+The service runs as a real process (``python -m runtimekit.kube.remediation serve``). The first run
 journals the alert and answers 200, but waits (``action_delay_seconds``) before acting; it is
 killed with SIGKILL while it waits. The second run, on the same journal and without the delay,
 finds the pending actions and runs them: the node is cordoned and tainted and the replacement
@@ -22,7 +22,7 @@ from tests.agent_process import ROOT, free_port
 
 
 async def start(config: str, port: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "runtimekit.healthcheck.remediation", "serve", "--config", config],
+    process = subprocess.Popen([sys.executable, "-m", "runtimekit.kube.remediation", "serve", "--config", config],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     async with aiohttp.ClientSession() as session:

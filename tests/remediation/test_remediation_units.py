@@ -1,10 +1,12 @@
 """The remediation service's logic, table by table: payloads, the journal, the breaker and the cooldown."""
+import dataclasses
+
 import pytest
 from conftest import alert_body
 
-from runtimekit.healthcheck.remediation.breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
-from runtimekit.healthcheck.remediation.journal import Journal, reset_breaker
-from runtimekit.healthcheck.remediation.payload import PayloadError, parse
+from runtimekit.kube.remediation.breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
+from runtimekit.kube.remediation.journal import Journal, JournalError, reset_breaker
+from runtimekit.kube.remediation.payload import PayloadError, parse
 
 
 def _mutate(path, value):
@@ -40,8 +42,8 @@ def test_payload_rejects(path, value, message):
 def test_payload_accepts_and_ignores_unknown():
     n = parse(alert_body())
     assert n.version == "4" and n.alerts[0].labels["node"] == "gpu-1" and n.alerts[0].fingerprint == "fp1"
-    with pytest.raises(Exception):
-        n.alerts[0].status = "resolved"  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        n.alerts[0].status = "resolved"  # type: ignore[misc]
 
 
 def _plan(alert):
@@ -100,6 +102,35 @@ def test_breaker(node, actioned, total, is_open, allowed, opens):
     assert (v.allowed, v.opens_breaker) == (allowed, opens)
 
 
+FLOOR = BreakerPolicy(max_nodes=3, max_percent=10, window_seconds=100, min_nodes=2)
+
+
+@pytest.mark.parametrize("node,actioned,total,allowed,opens", [
+    ("a", [], 4, True, False),  # 1 of 4 = 25 % > 10 %, but below the floor of 2 nodes
+    ("a", [], 1, True, False),  # a 1-node cluster: 100 %, still below the floor
+    ("a", [("b", 90)], 4, False, True),  # 2 of 4 = 50 %: the floor is reached and the share exceeded
+    ("a", [("b", 90)], 40, True, False),  # 2 of 40 = 5 %: the floor is reached, the share is not exceeded
+    ("a", [("b", 90), ("c", 95), ("d", 99)], 1000, False, True),  # 4 > max_nodes 3, whatever the size
+])
+def test_breaker_percentage_applies_from_min_nodes(node, actioned, total, allowed, opens):
+    v = breaker_verdict(FLOOR, node, 100, actioned, total, False)
+    assert (v.allowed, v.opens_breaker) == (allowed, opens)
+
+
+def test_default_breaker_lets_a_4_node_cluster_action_one_node():
+    """The shipped defaults (max_percent 10) opened the breaker on the first node of any cluster
+    under ten nodes; with breaker.min_nodes the first node is actioned, the second opens it."""
+    from runtimekit.kube.remediation.config import load
+
+    config = load(None, {"auth.token_file": "t"})
+    policy = BreakerPolicy(config.breaker_max_nodes, config.breaker_max_percent, config.breaker_window_seconds,
+                           config.breaker_min_nodes)
+    first = breaker_verdict(policy, "gpu-1", 100, [], 4, False)
+    assert first.allowed and not first.opens_breaker
+    second = breaker_verdict(policy, "gpu-2", 100, [("gpu-1", 90)], 4, False)
+    assert not second.allowed and second.opens_breaker and "2 of 4" in second.reason
+
+
 @pytest.mark.parametrize("last,now,cooldown,allowed", [
     (None, 100, 60, True), (50, 100, 60, False), (40, 100, 60, True), (99, 100, 0, True),
 ])
@@ -113,12 +144,25 @@ def test_reset_breaker(tmp_path):
     assert j.breaker_state()[0]
     assert reset_breaker(tmp_path / "j.db", 2.0) is True
     assert j.breaker_state() == (False, "reset by operator")
+    assert reset_breaker(tmp_path / "j.db", 3.0) is False
+
+
+def test_reset_breaker_refuses_a_missing_journal_and_creates_nothing(tmp_path):
+    with pytest.raises(JournalError, match="no such journal file"):
+        reset_breaker(tmp_path / "typo.db", 1.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_journal_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(JournalError, match="does not exist"):
+        Journal(tmp_path / "absent" / "j.db")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_shipped_kubernetes_configuration_loads(tmp_path):
     import yaml
 
-    from runtimekit.healthcheck.remediation.config import load
+    from runtimekit.kube.remediation.config import load
     from tests.agent_process import ROOT
 
     documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "remediation.yaml").read_text()))

@@ -27,7 +27,8 @@ import aiohttp
 
 from .config import RemediationConfig
 from .journal import Action
-from .kube import NodeApi
+from .ladders import steps_for
+from .nodes import NodeApi
 from .payload import Alert
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,20 @@ class StepFailed(Exception):
 
 
 def plan(config: RemediationConfig, alert: Alert) -> tuple[str, list[str]] | None:
-    """The node and the ordered steps an alert asks for, or None (pure)."""
+    """The node and the ordered steps an alert asks for, or None (pure).
+
+    The ladder is chosen by the alert's action label alone (``ladders.py``); an alert without a
+    node label, or whose action label is missing or not an action name, asks for nothing.
+    """
     node = alert.labels.get(config.node_label, "")
-    steps = config.ladders.get(alert.labels.get(config.action_label, ""))
+    steps = steps_for(config.ladders, alert.labels.get(config.action_label, ""))
     if not node or not steps:
         return None
-    return node, list(steps)
+    return node, steps
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def render(template: Any, fields: Mapping[str, Any]) -> Any:
@@ -64,9 +73,16 @@ def render(template: Any, fields: Mapping[str, Any]) -> Any:
 
 
 def replacement_body(config: RemediationConfig, action: Action, labels: Mapping[str, str]) -> Any:
-    gpus = [g.strip() for g in labels.get(config.gpu_label, "").split(",") if g.strip()]
-    fields = {"node": action.node, "gpu_uuids": gpus, "fault": labels.get(config.fault_label, ""),
-              "fingerprint": action.fingerprint, "starts_at": action.starts_at}
+    """The spare-node request: the template filled from the action and the alert's labels.
+
+    ``gpu_uuids`` comes from the ``uuid`` label and ``gpu_indices`` from the ``gpu`` label (the
+    agent's names, alerts/runtimekit.rules.yml; configurable as ``gpu_uuid_label`` and
+    ``gpu_index_label``); both are lists, empty for node-level alerts that name no GPU.
+    """
+    fields = {"node": action.node, "gpu_uuids": _split(labels.get(config.gpu_uuid_label, "")),
+              "gpu_indices": _split(labels.get(config.gpu_index_label, "")),
+              "fault": labels.get(config.fault_label, ""), "fingerprint": action.fingerprint,
+              "starts_at": action.starts_at}
     return render(config.replacement_body_template, fields)
 
 
@@ -142,7 +158,7 @@ class Steps:
                     gone.append(name)
                 else:
                     blocked.append(pod)
-            result = {"evicted": evicted, "gone": gone, "skipped": skipped,
+            result: dict[str, Any] = {"evicted": evicted, "gone": gone, "skipped": skipped,
                       "blocked": [f"{p.namespace}/{p.name}" for p in blocked], "rounds": rounds,
                       "waited_seconds": round(self.clock() - started, 3)}
             if not blocked:

@@ -6,6 +6,10 @@ transaction that marks it done. The replacement call carries the action's idempo
 crash between the call and the commit leads to a retry the receiver can recognise. A drain
 waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_seconds``; a failed
 step is journaled with its result (the drain's still-blocked pods) and the later steps are skipped.
+
+``make_app`` checks everything a person sets up before anything is served — the credential
+files, the journal's folder, the kubeconfig (or the in-cluster service account) — and raises
+``ConfigError`` naming the key and the rule, so ``runtimekit remediate serve`` exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from runtimekit.config import ConfigError
+from runtimekit.state.health import ACTIONS
+
 from . import actions as steps_module
 from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
 from .config import RemediationConfig
-from .journal import DISRUPTIVE, Action, Journal
-from .kube import KubernetesNodeApi, NodeApi
+from .journal import DISRUPTIVE, Action, Journal, JournalError, check_path
+from .nodes import ClusterAccessError, KubernetesNodeApi, NodeApi
 from .payload import PayloadError, parse
 
 log = logging.getLogger(__name__)
@@ -40,11 +47,26 @@ COUNTERS = web.AppKey("counters", Counter)
 CREDENTIALS = web.AppKey("credentials", tuple)
 
 
+def _read_secret(key: str, path: str | None) -> str | None:
+    """The stripped content of the file a ``*_file`` key names (None when unset); ConfigError
+    naming the key when it cannot be read."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+        raise ConfigError(f"{key}: cannot read {path}: {reason}") from error
+
+
 def read_credentials(config: RemediationConfig) -> tuple[str | None, str | None]:
-    token = Path(config.auth_token_file).read_text().strip() if config.auth_token_file else None
-    basic = Path(config.auth_basic_file).read_text().strip() if config.auth_basic_file else None
-    if token == "" or (basic is not None and ":" not in basic):
-        raise ValueError("auth: the token file is empty or the basic file is not USER:PASSWORD")
+    """(bearer token, USER:PASSWORD) the webhook accepts, read from the files named by auth.*."""
+    token = _read_secret("auth.token_file", config.auth_token_file)
+    basic = _read_secret("auth.basic_file", config.auth_basic_file)
+    if token == "":
+        raise ConfigError(f"auth.token_file: {config.auth_token_file} is empty")
+    if basic is not None and ":" not in basic:
+        raise ConfigError(f"auth.basic_file: {config.auth_basic_file} must hold USER:PASSWORD")
     return token, basic
 
 
@@ -90,6 +112,10 @@ async def post_alerts(request: web.Request) -> web.Response:
     except PayloadError as error:
         counters["rejected_400"] += 1
         return _error(400, str(error))
+    unknown = {a.labels.get(config.action_label, "") for a in notification.alerts} - set(ACTIONS)
+    if unknown:
+        log.warning("alerts with %s label %s ask for nothing (not an action name: %s)", config.action_label,
+                    ", ".join(sorted(map(repr, unknown))), ", ".join(ACTIONS))
     journal = request.app[JOURNAL]
     received = await asyncio.to_thread(journal.receive, notification.alerts,
                                        lambda alert: steps_module.plan(config, alert), time.time())
@@ -142,7 +168,7 @@ class Worker:
                  clock: Callable[[], float] = time.time) -> None:
         self.config, self.journal, self.steps, self.clock = config, journal, steps, clock
         self.policy = BreakerPolicy(config.breaker_max_nodes, config.breaker_max_percent,
-                                    config.breaker_window_seconds)
+                                    config.breaker_window_seconds, config.breaker_min_nodes)
 
     async def run_once(self) -> int:
         """Run every pending action that is due; returns how many were finished."""
@@ -204,8 +230,21 @@ class Worker:
 
 
 def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.Application:
-    """The receiver app; ``nodes`` replaces the Kubernetes client (tests)."""
+    """The receiver app; ``nodes`` replaces the Kubernetes client (tests).
+
+    Raises ConfigError (naming the key) for what a person must fix before it can run, and then
+    has changed nothing: the journal file is created when the app starts.
+    """
     credentials = read_credentials(config)
+    token = _read_secret("replacement.token_file", config.replacement_token_file)
+    try:
+        check_path(config.db_path)
+    except JournalError as error:
+        raise ConfigError(f"db_path: {error}") from error
+    try:
+        node_api = nodes or KubernetesNodeApi(config.kubernetes_kubeconfig, config.kubernetes_context)
+    except ClusterAccessError as error:
+        raise ConfigError(str(error)) from error
     app = web.Application(client_max_size=config.max_body_bytes)
     app[CONFIG] = config
     app[COUNTERS] = Counter()
@@ -221,9 +260,6 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
 
     @asynccontextmanager
     async def worker_context(app: web.Application) -> AsyncIterator[None]:
-        node_api = nodes or KubernetesNodeApi(config.kubernetes_kubeconfig, config.kubernetes_context)
-        token = (Path(config.replacement_token_file).read_text().strip()
-                 if config.replacement_token_file else None)
         async with aiohttp.ClientSession() as session:
             worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, token))
             task = asyncio.create_task(worker.loop(), name="remediation-worker")

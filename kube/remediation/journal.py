@@ -4,12 +4,17 @@ An alert is recorded and its actions enqueued in one transaction before the HTTP
 seen again with the same (fingerprint, startsAt, status) changes nothing. Pending actions are
 found again after a restart. Each action's outcome is written in the same transaction that marks
 it done, failed or skipped. Methods are blocking: call them from an executor thread.
+
+``Journal(path)`` creates the file (not its folder); ``check_path`` and ``reset_breaker(path)``
+only open an existing journal, and ``reset_breaker`` changes nothing but the breaker. Both raise ``JournalError`` naming the path and the
+rule instead of sqlite3's bare "unable to open database file".
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
@@ -20,6 +25,7 @@ from typing import Any
 from .payload import Alert
 
 STATES = ("pending", "done", "failed", "skipped")
+TABLES = ("alerts", "actions", "breaker")
 DISRUPTIVE = ("cordon", "taint", "drain", "replace")
 UNDO = {"cordon": "uncordon", "taint": "untaint"}
 
@@ -94,17 +100,72 @@ def idempotency_key(fingerprint: str, starts_at: str, node: str, kind: str) -> s
     return f"rk-{digest[:32]}"
 
 
+class JournalError(Exception):
+    """The journal cannot be opened or is not a journal; the message names the path and the rule."""
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.executescript(_SCHEMA)
+    """Open (creating if needed) the journal at ``path``; its folder must exist."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise JournalError(f"{path}: the folder {folder} does not exist (create it, or mount the volume)")
+    if Path(path).exists() and not Path(path).is_file():
+        raise JournalError(f"{path}: must be a file, not a folder or device")
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+    except sqlite3.Error as error:
+        raise JournalError(f"{path}: cannot open: {error}") from error
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.executescript(_SCHEMA)
+    except sqlite3.Error as error:
+        conn.close()
+        raise JournalError(f"{path}: not a usable remediation journal: {error}") from error
+    return conn
+
+
+def check_path(path: str | Path) -> None:
+    """Raise JournalError unless a journal can be kept at ``path``; creates and changes nothing.
+
+    Its folder must exist and be writable; a file already there must be a journal (a service
+    pointed at another database must not add its tables to it).
+    """
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise JournalError(f"{path}: the folder {folder} does not exist (create it, or mount the volume)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise JournalError(f"{path}: the folder {folder} is not writable by this user")
+    if Path(path).exists():
+        connect_existing(path).close()
+
+
+def connect_existing(path: str | Path) -> sqlite3.Connection:
+    """Open the journal at ``path`` read-write without creating anything: the file must exist
+    and hold the journal's tables (an operator's command must not start an empty journal)."""
+    target = Path(path)
+    if not target.is_file():
+        raise JournalError(f"{path}: no such journal file (nothing was created or changed)")
+    try:
+        conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None, timeout=30)
+    except sqlite3.Error as error:
+        raise JournalError(f"{path}: cannot open: {error}") from error
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as error:
+        conn.close()
+        raise JournalError(f"{path}: not a SQLite database ({error}); nothing was changed") from error
+    if not set(TABLES) <= tables:
+        conn.close()
+        raise JournalError(f"{path}: not a remediation journal (it lacks the tables {', '.join(TABLES)}); "
+                           "nothing was changed")
     return conn
 
 
 def reset_breaker(path: str | Path, now: float, who: str = "operator") -> bool:
-    """Close the circuit breaker (a person's decision). Returns whether it was open."""
-    conn = connect(path)
+    """Close the circuit breaker (a person's decision) of an existing journal. Returns whether it
+    was open; raises JournalError (changing nothing) when ``path`` is not a journal."""
+    conn = connect_existing(path)
     try:
         with _tx(conn):
             row = conn.execute("SELECT open FROM breaker WHERE id = 1").fetchone()

@@ -6,12 +6,18 @@ guarded by a ``test`` of ``metadata.resourceVersion`` (a concurrent writer makes
 Drain lists the node's pods with a ``spec.nodeName`` field selector and evicts each through the
 Eviction API (policy/v1), which the API server refuses with 429 while a PodDisruptionBudget forbids
 it; pods are never deleted directly.
+
+The ``kubernetes`` package (the ``kube`` extra) is imported only when KubernetesNodeApi is built,
+so importing this module, the service or the command line never loads it. Building it reads the
+kubeconfig (or the pod's service account) at once, so a set-up mistake is found before the
+service starts and is reported as ClusterAccessError naming the key.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -46,19 +52,48 @@ class NodeApi(Protocol):
         ...
 
 
+class ClusterAccessError(Exception):
+    """The Kubernetes client cannot be set up; the message names the key and the rule."""
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 class KubernetesNodeApi:
-    """NodeApi through kubernetes.client.CoreV1Api (kubeconfig file, or in-cluster when None)."""
+    """NodeApi through kubernetes.client.CoreV1Api (kubeconfig file, or in-cluster when None).
+
+    Raises ClusterAccessError when the client is not installed, when ``kubeconfig`` is None and
+    this is not a pod (no KUBERNETES_SERVICE_HOST / service account token), or when the
+    kubeconfig file is missing, unreadable or lacks ``context``.
+    """
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        from kubernetes import client, config
+        try:
+            from kubernetes import client, config
+        except ImportError as error:
+            raise ClusterAccessError(f"the Kubernetes client is not installed ({error.name}): "
+                                     "pip install 'runtimekit[kube]'") from error
 
         configuration = client.Configuration()
         if kubeconfig is None:
-            config.load_incluster_config(client_configuration=configuration)
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except config.ConfigException as error:
+                raise ClusterAccessError(
+                    "kubernetes.kubeconfig: not set, and the service does not run in a Kubernetes pod "
+                    f"({_one_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
-        self._api = client.CoreV1Api(client.ApiClient(configuration))
-        self._client = client
+            if not Path(kubeconfig).is_file():
+                raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}: no such file")
+            try:
+                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+            except Exception as error:  # ConfigException, a YAML error, TypeError for a file that is no mapping
+                where = f" (kubernetes.context {context!r})" if context else ""
+                raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: "
+                                         f"{_one_line(error)}") from error
+        self._api: Any = client.CoreV1Api(client.ApiClient(configuration))  # untyped use: fields may be None
+        self._client: Any = client
 
     async def get_node(self, name: str) -> NodeView:
         node = await asyncio.to_thread(self._api.read_node, name)

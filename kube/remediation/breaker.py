@@ -3,6 +3,12 @@
 Time is passed in (seconds since the epoch); nothing here reads a clock or the journal.
 The breaker follows Cluster API MHC ``maxUnhealthy`` and NVSentinel's breaker (gpu-faults.md §3):
 once it opens it stays open until a person resets it (``journal.reset_breaker``).
+
+Two rules open it, counting distinct nodes actioned within the window, the candidate included:
+more than ``max_nodes`` nodes, whatever the cluster's size; or more than ``max_percent`` of the
+cluster's nodes, but only from ``min_nodes`` nodes on. Without that floor the percentage alone
+refuses the first node of any cluster of fewer than 100 / max_percent nodes (one node of a
+4-node cluster is 25 %), so the service could never act on a small cluster.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class BreakerPolicy:
     max_nodes: int  # more distinct nodes actioned within the window opens the breaker
-    max_percent: float  # more than this share (0..100) of the cluster's nodes opens it
+    max_percent: float  # more than this share (0..100) of the cluster's nodes opens it ...
     window_seconds: float
+    min_nodes: int = 1  # ... once at least this many nodes are counted (1: no floor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +53,7 @@ def breaker_verdict(
     if count > policy.max_nodes:
         return Verdict(False, f"circuit breaker opened: {count} nodes within {policy.window_seconds:g}s "
                               f"exceeds max_nodes {policy.max_nodes}", True)
-    if total_nodes > 0 and 100.0 * count / total_nodes > policy.max_percent:
+    if count >= policy.min_nodes and total_nodes > 0 and 100.0 * count / total_nodes > policy.max_percent:
         return Verdict(False, f"circuit breaker opened: {count} of {total_nodes} nodes within "
                               f"{policy.window_seconds:g}s exceeds max_percent {policy.max_percent:g}", True)
     return Verdict(True, "")

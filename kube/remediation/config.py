@@ -14,25 +14,15 @@ from typing import Any
 
 from runtimekit.config import ConfigError, Key, between, listen_address, resolve
 
-STEPS = ("cordon", "taint", "drain", "replace")
+from .ladders import DEFAULT_LADDERS, ladder_problem, merged
+
 DEFAULT_TEMPLATE = {
     "node": "{node}",
     "gpu_uuids": "{gpu_uuids}",
+    "gpu_indices": "{gpu_indices}",
     "fault": "{fault}",
     "alert_fingerprint": "{fingerprint}",
 }
-
-
-def _ladders(value: Mapping[str, Any]) -> str | None:
-    for name, steps in value.items():
-        if not isinstance(name, str) or not isinstance(steps, list) or not steps:
-            return f"entry {name!r}: must map a label value to a non-empty list of steps"
-        for step in steps:
-            if step not in STEPS:
-                return f"entry {name!r}: step {step!r} is not one of {', '.join(STEPS)}"
-        if len(set(steps)) != len(steps):
-            return f"entry {name!r}: a step is listed twice"
-    return None
 
 
 def _url(value: str) -> str | None:
@@ -52,15 +42,17 @@ SCHEMA: dict[str, Key] = {
     "worker_interval_seconds": Key((int, float), 1.0, "seconds between journal polls of the worker",
                                    between(0.01, 60)),
     "node_label": Key(str, "node", "alert label naming the Kubernetes node"),
-    "gpu_label": Key(str, "gpu_uuid", "alert label with the GPU UUID(s), comma-separated"),
+    # The shipped alerts (alerts/runtimekit.rules.yml) carry the agent's labels: `uuid` (GPU-…) and
+    # `gpu` (the NVML index); node-level alerts (NVML down, GPUs missing) carry neither.
+    "gpu_uuid_label": Key(str, "uuid", "alert label with the GPU UUID(s), comma-separated"),
+    "gpu_index_label": Key(str, "gpu", "alert label with the GPU index(es), comma-separated"),
     "fault_label": Key(str, "alertname", "alert label describing the fault"),
-    "action_label": Key(str, "action", "alert label choosing the ladder"),
-    # A GPU that needs the node rebooted (XID 79, lost cards) takes the node out of service as one
-    # that needs replacing does: the spare is requested now, the broken node is repaired offline.
-    "ladders": Key(dict, {"replace_node": ["cordon", "taint", "replace"], "reboot_node": ["cordon", "taint", "replace"],
-                          "cordon": ["cordon"]},
-                   "action label value -> ordered steps (cordon, taint, drain, replace); drain is opt-in, "
-                   "e.g. [cordon, taint, drain, replace]", _ladders),
+    "action_label": Key(str, "action", "alert label with the agent's action; it chooses the ladder"),
+    # Keyed by the agent's action names (ladders.py has the defaults, one comment each); merged
+    # over the defaults, so naming one action leaves the others as they are.
+    "ladders": Key(dict, DEFAULT_LADDERS,
+                   "action name -> ordered steps (cordon, taint, drain, replace; [] for none); drain is opt-in, "
+                   "e.g. replace_node: [cordon, taint, drain, replace]", ladder_problem),
     "taint_key": Key(str, "runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step"),
     # drain evicts through the Eviction API (policy/v1), so PodDisruptionBudgets are respected:
     # an eviction a PDB refuses (HTTP 429) is retried every retry_seconds until timeout_seconds,
@@ -73,7 +65,8 @@ SCHEMA: dict[str, Key] = {
     "kubernetes.context": Key((str, type(None)), None, "kubeconfig context (None: the current one)"),
     "replacement.url": Key((str, type(None)), None, "node replacement webhook (POST JSON)", _url),
     "replacement.body_template": Key(dict, DEFAULT_TEMPLATE,
-                                     "JSON body; {node} {gpu_uuids} {fault} {fingerprint} {starts_at} are filled in"),
+                                     "JSON body; {node} {gpu_uuids} {gpu_indices} {fault} {fingerprint} {starts_at} "
+                                     "are filled in"),
     "replacement.token_file": Key((str, type(None)), None, "file with a bearer token for the replacement webhook"),
     "replacement.timeout_seconds": Key((int, float), 10.0, "deadline of one replacement call", between(0.1, 300)),
     "replacement.max_attempts": Key(int, 5, "calls before the step is failed (5xx, timeouts)", between(1, 100)),
@@ -81,8 +74,11 @@ SCHEMA: dict[str, Key] = {
                                        between(0, 600)),
     "breaker.max_nodes": Key(int, 3, "more distinct nodes actioned within the window opens the breaker",
                              between(1, 100_000)),
-    "breaker.max_percent": Key((int, float), 10.0, "more than this % of nodes actioned opens the breaker",
-                               between(0, 100)),
+    "breaker.max_percent": Key((int, float), 10.0, "more than this % of nodes actioned opens the breaker "
+                               "(once breaker.min_nodes is reached)", between(0, 100)),
+    # Without a floor, one node of a cluster under ten nodes is already more than 10 %.
+    "breaker.min_nodes": Key(int, 2, "the percentage rule applies from this many nodes within the window "
+                             "(the first min_nodes - 1 nodes are never refused by it)", between(1, 100_000)),
     "breaker.window_seconds": Key((int, float), 3600.0, "the breaker's window", between(1, 30 * 86400)),
     "cooldown_seconds": Key((int, float), 3600.0, "a node actioned for one alert is left alone this long for others",
                             between(0, 30 * 86400)),
@@ -103,7 +99,8 @@ class RemediationConfig:
     action_delay_seconds: float
     worker_interval_seconds: float
     node_label: str
-    gpu_label: str
+    gpu_uuid_label: str
+    gpu_index_label: str
     fault_label: str
     action_label: str
     ladders: Mapping[str, list[str]]
@@ -120,6 +117,7 @@ class RemediationConfig:
     replacement_backoff_seconds: float
     breaker_max_nodes: int
     breaker_max_percent: float
+    breaker_min_nodes: int
     breaker_window_seconds: float
     cooldown_seconds: float
 
@@ -129,4 +127,8 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
     values = resolve(SCHEMA, path, overrides)
     if values["auth.token_file"] is None and values["auth.basic_file"] is None:
         raise ConfigError("auth.token_file: set it or auth.basic_file; the receiver never runs without auth")
+    if values["breaker.min_nodes"] > values["breaker.max_nodes"]:
+        raise ConfigError(f"breaker.min_nodes: must be at most breaker.max_nodes ({values['breaker.max_nodes']}), "
+                          f"got {values['breaker.min_nodes']}")
+    values["ladders"] = merged(values["ladders"])
     return RemediationConfig(**{key.replace(".", "_"): value for key, value in values.items()})

@@ -1,0 +1,84 @@
+"""``runtimekit remediate serve|reset-breaker`` (also ``python -m runtimekit.kube.remediation``).
+
+Exit codes, as for ``runtimekit``: 0 success; 2 a usage or configuration mistake (a bad key, a
+missing journal folder, no kubeconfig outside a cluster, a --db that is not a journal), reported
+as one line on stderr naming the key or flag and the rule; 1 a failure at run time (the port is
+taken, the journal is locked). Never a traceback for any of these.
+
+This module imports only the standard library at import time: ``runtimekit.cli`` builds its
+parser from here, and the node agent must load neither aiohttp's server nor ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def add_remediate_parser(commands: argparse._SubParsersAction) -> None:
+    remediate = commands.add_parser("remediate", help="the Alertmanager webhook receiver that remediates GPU nodes")
+    sub = remediate.add_subparsers(dest="remediate_command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="receive alerts and run the remediation ladder")
+    serve.add_argument("--config", metavar="FILE", required=True,
+                       help="YAML configuration file (deploy/remediation.example.yaml lists every key)")
+    serve.set_defaults(handler=run_serve)
+    reset = sub.add_parser("reset-breaker", help="close the circuit breaker (a person's decision)")
+    reset.add_argument("--db", metavar="PATH", required=True, help="the remediation journal (db_path); must exist")
+    reset.set_defaults(handler=run_reset_breaker)
+
+
+def _fail(code: int, message: str) -> int:
+    prefix = "runtimekit: error: " if code == EXIT_USAGE else "runtimekit: "
+    print(prefix + message, file=sys.stderr)
+    return code
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from runtimekit.config import ConfigError, parse_listen
+
+    from .config import load
+    from .server import make_app
+
+    try:
+        config = load(args.config)
+        app = make_app(config)
+    except ConfigError as error:
+        return _fail(EXIT_USAGE, str(error))
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    host, port = parse_listen(config.listen)
+    try:
+        web.run_app(app, host=host, port=port, print=None, handle_signals=True)
+    except OSError as error:  # the port is taken, say
+        return _fail(EXIT_FAILURE, f"cannot serve on {config.listen}: {error.strerror or error}")
+    return 0
+
+
+def run_reset_breaker(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from .journal import JournalError, reset_breaker
+
+    try:
+        was_open = reset_breaker(args.db, time.time())
+    except JournalError as error:
+        return _fail(EXIT_USAGE, f"--db: {error}")
+    except sqlite3.Error as error:  # locked by a long transaction, say: nothing was changed
+        return _fail(EXIT_FAILURE, f"cannot reset the breaker in {args.db}: {error}")
+    print("circuit breaker closed" if was_open else "circuit breaker was not open")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = argparse.ArgumentParser(prog="python -m runtimekit.kube.remediation")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_remediate_parser(commands)
+    args = root.parse_args(["remediate", *(sys.argv[1:] if argv is None else argv)])
+    return args.handler(args)

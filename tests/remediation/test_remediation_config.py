@@ -1,0 +1,155 @@
+"""The configuration and the ladder table: keyed by the agent's action names, checked against the
+shipped alert rules, and documented key by key in deploy/remediation.example.yaml."""
+
+import pytest
+import yaml
+from conftest import alert_body
+
+from runtimekit.config import flatten
+from runtimekit.kube.remediation.actions import plan, replacement_body
+from runtimekit.kube.remediation.config import SCHEMA, ConfigError, load
+from runtimekit.kube.remediation.journal import Action
+from runtimekit.kube.remediation.ladders import DEFAULT_LADDERS, STEPS
+from runtimekit.kube.remediation.payload import parse
+from runtimekit.state.health import ACTIONS, SEVERITIES
+from tests.agent_process import ROOT
+
+EXAMPLE = ROOT / "deploy" / "remediation.example.yaml"
+RULES = ROOT / "alerts" / "runtimekit.rules.yml"
+
+
+def _config(**overrides):
+    return load(None, {"auth.token_file": "t", **overrides})
+
+
+def _alert(action, alertname="AnyName", **labels):
+    body = alert_body(action=action)
+    body["alerts"][0]["labels"].update(alertname=alertname, **labels)
+    return parse(body).alerts[0]
+
+
+def _shipped_alerts():
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def test_the_default_table_has_one_ladder_per_action_name():
+    assert list(DEFAULT_LADDERS) == list(ACTIONS)
+    assert _config().ladders == DEFAULT_LADDERS
+    assert all(steps == sorted(steps, key=STEPS.index) for steps in DEFAULT_LADDERS.values())
+
+
+@pytest.mark.parametrize("action,steps", [
+    ("none", None), ("restart_application", None), ("drain_and_reset_gpu", None),
+    ("reboot_node", ["cordon", "taint", "replace"]), ("replace_node", ["cordon", "taint", "replace"]),
+    ("cordon", None),  # a step is not an action (the old table had such a key)
+    ("REPLACE_NODE", None), ("", None),
+])
+def test_the_ladder_follows_the_action_label(action, steps):
+    planned = plan(_config(), _alert(action))
+    assert (planned[1] if planned else None) == steps
+
+
+def test_the_ladder_does_not_depend_on_the_alert_name():
+    config = _config()
+    names = ["RuntimeKitGPULost", "RuntimeKitGPURowRemapFailure", "SomethingNew", "GpuXid79"]
+    assert {tuple(plan(config, _alert("replace_node", name))[1]) for name in names} == {("cordon", "taint", "replace")}
+    assert {plan(config, _alert("drain_and_reset_gpu", name)) for name in names} == {None}
+
+
+def test_a_configured_ladder_replaces_only_its_own_entry():
+    config = _config(ladders={"replace_node": ["cordon", "taint", "drain", "replace"], "reboot_node": []})
+    assert config.ladders["replace_node"] == ["cordon", "taint", "drain", "replace"]
+    assert config.ladders["reboot_node"] == []
+    assert plan(config, _alert("reboot_node")) is None
+    assert config.ladders["none"] == []
+
+
+@pytest.mark.parametrize("ladders,message", [
+    ({"GpuXid79": ["cordon"]}, "ladders: entry 'GpuXid79': must be an action name"),
+    ({"cordon": ["cordon"]}, "ladders: entry 'cordon': must be an action name"),
+    ({"reboot_node": "cordon"}, "ladders: entry 'reboot_node': must map an action to a list"),
+    ({"reboot_node": ["reboot"]}, "step 'reboot' is not one of cordon, taint, drain, replace"),
+    ({"reboot_node": ["replace", "cordon"]}, "steps must keep the order"),
+])
+def test_bad_ladders_are_refused_naming_the_key(ladders, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(ladders=ladders)
+
+
+def test_every_shipped_alert_carries_an_action_name_and_a_severity():
+    alerts = _shipped_alerts()
+    assert alerts
+    for rule in alerts:
+        labels = rule.get("labels", {})
+        assert labels.get("action") in ACTIONS, f"{rule['alert']}: action label {labels.get('action')!r}"
+        assert labels.get("severity") in SEVERITIES, rule["alert"]
+
+
+def test_alerts_the_default_table_acts_on_are_node_or_gpu_alerts_with_the_labels_read():
+    """An alert with a ladder is about a node (or a GPU of it): its expression keeps `node`, and a
+    GPU alert keeps `uuid` and `gpu` — the labels the service reads (not `gpu_uuid`)."""
+    acted = [r for r in _shipped_alerts() if DEFAULT_LADDERS[r["labels"]["action"]]]
+    assert {r["alert"] for r in acted} >= {"RuntimeKitGPULost", "RuntimeKitGPURowRemapFailure"}
+    for rule in acted:
+        expr = rule["expr"]
+        assert "gpu_uuid" not in expr
+        if "by (" in expr:
+            assert "node" in expr, rule["alert"]
+    lost = next(r for r in acted if r["alert"] == "RuntimeKitGPULost")
+    assert "by (job, instance, node, gpu, uuid)" in lost["expr"]
+
+
+def test_the_spare_node_request_names_the_gpus_from_uuid_and_gpu_labels():
+    config = _config()
+    action = Action(1, "fp1", "2026-01-01T00:00:00Z", "gpu-1", "replace", "pending", 0, "rk-x", None, 0.0, 0.0)
+    labels = {"uuid": "GPU-3a0c", "gpu": "3", "alertname": "RuntimeKitGPULost", "gpu_uuid": "ignored"}
+    body = replacement_body(config, action, labels)
+    assert body == {"node": "gpu-1", "gpu_uuids": ["GPU-3a0c"], "gpu_indices": ["3"], "fault": "RuntimeKitGPULost",
+                    "alert_fingerprint": "fp1"}
+    node_level = replacement_body(config, action, {"alertname": "RuntimeKitNodeNVMLDown"})
+    assert node_level["gpu_uuids"] == [] and node_level["gpu_indices"] == []
+
+
+def test_the_old_gpu_label_key_is_refused():
+    with pytest.raises(ConfigError, match="gpu_label: unknown key"):
+        _config(gpu_label="gpu_uuid")
+
+
+def test_min_nodes_above_max_nodes_is_refused():
+    with pytest.raises(ConfigError, match=r"breaker.min_nodes: must be at most breaker.max_nodes \(3\), got 4"):
+        _config(**{"breaker.min_nodes": 4})
+
+
+def test_the_example_lists_exactly_the_schema_keys_with_their_defaults():
+    data = yaml.safe_load(EXAMPLE.read_text())
+    flat = flatten(data, SCHEMA)
+    assert set(flat) == set(SCHEMA), f"missing {set(SCHEMA) - set(flat)}, unknown {set(flat) - set(SCHEMA)}"
+    config = load(EXAMPLE)
+    for key, spec in SCHEMA.items():
+        if key == "auth.token_file":  # the one key that must be set (the receiver never runs without auth)
+            assert config.auth_token_file
+            continue
+        assert getattr(config, key.replace(".", "_")) == spec.default, key
+
+
+def test_the_example_comments_every_key():
+    """Each key's own line carries a comment: its meaning, and its range where it has one."""
+    lines = EXAMPLE.read_text().splitlines()
+    for key in SCHEMA:
+        prefix = "  " * key.count(".") + key.split(".")[-1] + ":"
+        line = next((line for line in lines if line.startswith(prefix)), None)
+        assert line is not None and "#" in line, f"{key}: no commented line in the example"
+
+
+def test_alertmanager_sends_exactly_the_actions_whose_ladder_acts():
+    """The shipped route's `action` matcher and the default ladder table agree: an action with a
+    ladder that Alertmanager never sends, or one sent for nothing, is a configuration drift."""
+    import re
+
+    route = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())["route"]["routes"][0]
+    assert route["receiver"] == "gpu-remediation"
+    matcher = next(m for m in route["matchers"] if m.replace(" ", "").startswith("action=~"))
+    pattern = matcher.split("=~", 1)[1].strip().strip('"')
+    sent = {action for action in ACTIONS if re.fullmatch(pattern, action)}
+    assert sent == {action for action, steps in DEFAULT_LADDERS.items() if steps}
