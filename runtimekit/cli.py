@@ -77,6 +77,12 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     source.add_argument("--agent", required=True, metavar="URL")
     source.set_defaults(handler=_run_source)
 
+    reboot = sim_commands.add_parser(
+        "reboot", help="simulate a reboot of the simulated node: a new boot id, faults cleared, GPUs back"
+    )
+    reboot.add_argument("--agent", required=True, metavar="URL")
+    reboot.set_defaults(handler=_run_reboot)
+
     scenarios = sim_commands.add_parser("scenarios", help="list the built-in scenarios")
     scenarios.set_defaults(handler=_run_scenarios)
 
@@ -152,8 +158,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_inject(args: argparse.Namespace) -> int:
+    from runtimekit.client import inject_remote
     from runtimekit.sim.cli_args import fault_params_from_args
-    from runtimekit.sim.client import inject_remote
 
     if not args.clear and not args.fault:
         print("runtimekit: error: --fault is required unless --clear is given", file=sys.stderr)
@@ -168,7 +174,7 @@ def _run_inject(args: argparse.Namespace) -> int:
 
 def _control(method: str, agent: str, path: str, body: dict | None = None) -> int:
     """One call to the simulator's control API; prints the answer as JSON."""
-    from runtimekit.sim.client import request_json
+    from runtimekit.client import request_json
 
     return _print_answer(lambda: request_json(method, agent.rstrip("/") + path, body))
 
@@ -229,6 +235,12 @@ def _run_process(args: argparse.Namespace) -> int:
 def _run_source(args: argparse.Namespace) -> int:
     body = {"source": args.source, "running": args.action == "start"}
     return _control("POST", args.agent, "/sim/v1/sources", body)
+
+
+def _run_reboot(args: argparse.Namespace) -> int:
+    from runtimekit.client import reboot_remote
+
+    return _print_answer(lambda: reboot_remote(args.agent))
 
 
 def _run_scenarios(args: argparse.Namespace) -> int:

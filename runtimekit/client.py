@@ -1,4 +1,7 @@
-"""Client of the simulator control API (``control.py``), stdlib only and synchronous (for the CLI)."""
+"""The command line's client of a running agent: JSON over HTTP, stdlib only and synchronous.
+
+Used for the simulator's control API (``/sim/v1/...``, served only when the agent runs on the
+simulated node) and by tests; an unreachable agent and a refused request are told apart."""
 
 from __future__ import annotations
 
@@ -7,21 +10,21 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-__all__ = ["SimClientError", "SimRejectedError", "inject_remote", "reboot_remote", "request_json"]
+__all__ = ["AgentClientError", "AgentRejectedError", "inject_remote", "reboot_remote", "request_json"]
 
 
-class SimClientError(RuntimeError):
+class AgentClientError(RuntimeError):
     """The agent could not be reached, or its answer was not usable."""
 
 
-class SimRejectedError(SimClientError, ValueError):
+class AgentRejectedError(AgentClientError, ValueError):
     """The agent answered 4xx: the request was invalid or refused (its message is included).
 
     Also a ValueError, so a CLI treats it as a usage error."""
 
 
 def request_json(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -> dict:
-    """Send ``body`` as JSON and return the decoded JSON answer (SimClientError otherwise)."""
+    """Send ``body`` as JSON and return the decoded JSON answer (AgentClientError otherwise)."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
@@ -33,13 +36,13 @@ def request_json(method: str, url: str, body: dict[str, Any] | None = None, time
             detail = json.loads(detail).get("error", detail)
         except (ValueError, AttributeError):
             pass
-        cls = SimRejectedError if 400 <= exc.code < 500 else SimClientError
+        cls = AgentRejectedError if 400 <= exc.code < 500 else AgentClientError
         raise cls(f"{method} {url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise SimClientError(f"agent at {url} is unreachable: {reason}") from None
+        raise AgentClientError(f"agent at {url} is unreachable: {reason}") from None
     except ValueError as exc:
-        raise SimClientError(f"{method} {url}: answer is not JSON: {exc}") from None
+        raise AgentClientError(f"{method} {url}: answer is not JSON: {exc}") from None
 
 
 def inject_remote(
@@ -59,6 +62,6 @@ def reboot_remote(agent_url: str, timeout: float = 5.0) -> dict:
     """Simulate a reboot of the simulated node of the agent at ``agent_url``.
 
     Returns the agent's JSON answer: {"boot_id": str | None, "cleared": n} (faults cleared).
-    Raises SimRejectedError on 4xx (e.g. 403 for a non-loopback caller), SimClientError otherwise.
+    Raises AgentRejectedError on 4xx (e.g. 403 for a non-loopback caller), AgentClientError otherwise.
     """
     return request_json("POST", agent_url.rstrip("/") + "/sim/v1/reboot", {}, timeout)

@@ -18,16 +18,14 @@ from runtimekit.attribution.types import (
     ProcessFacts,
 )
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+from runtimekit.state.refs import parse_device_id
 
 
 def gpu_uuid_of_device(device_id: str) -> str:
-    """The physical GPU UUID behind a device plugin's device id, or "" when it cannot be told.
-
-    ``GPU-…`` is a whole GPU; ``GPU-…::N`` a time-sliced replica of it (the NVIDIA device plugin's
-    sharing ids); a MIG device (``MIG-…``) needs NVML to find its parent, which is not done here.
-    """
-    base = device_id.split("::", 1)[0]
-    return base if base.startswith("GPU-") else ""
+    """The physical GPU UUID behind a device plugin's device id (``runtimekit.state.refs``), or ""
+    when it cannot be told: a MIG device (``MIG-…``) needs NVML to find its parent, not done here."""
+    parsed = parse_device_id(device_id)
+    return (parsed.gpu_uuid or "") if parsed is not None else ""
 
 
 def resolve_allocations(

@@ -59,6 +59,9 @@ def error_name(error: Exception) -> str:
     return f"NVML_ERROR_{code}"
 
 
+REAL_ERRORS = ("error", "no_permission")  # "not supported" and "function not found" are facts, not errors
+
+
 class NvmlSession:
     """Lazily initialised access to NVML with the error policy above."""
 

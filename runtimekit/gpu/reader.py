@@ -17,7 +17,9 @@ from typing import Any
 import pynvml
 
 from runtimekit.gpu import fields
+from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
+from runtimekit.gpu.processes import read_processes
 from runtimekit.gpu.types import (
     NOT_SUPPORTED,
     Clocks,
@@ -25,7 +27,6 @@ from runtimekit.gpu.types import (
     Ecc,
     GpuIdentity,
     GpuLimits,
-    GpuProcess,
     GpuSnapshot,
     Memory,
     Modes,
@@ -41,6 +42,7 @@ from runtimekit.gpu.types import (
     Utilization,
     is_available,
 )
+from runtimekit.state.refs import normal_pci
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +81,10 @@ MEMORY_INFO = (
     Variant("nvmlDeviceGetMemoryInfo", memory_v2_args),
     Variant("nvmlDeviceGetMemoryInfo"),
 )
-COMPUTE_PROCESSES = (
-    Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
-    Variant("nvmlDeviceGetComputeRunningProcesses_v2"),
-)
-GRAPHICS_PROCESSES = (
-    Variant("nvmlDeviceGetGraphicsRunningProcesses_v3"),
-    Variant("nvmlDeviceGetGraphicsRunningProcesses_v2"),
-)
 CUDA_DRIVER_VERSION = (
     Variant("nvmlSystemGetCudaDriverVersion_v2"),
     Variant("nvmlSystemGetCudaDriverVersion"),
 )
-NO_ID = 0xFFFFFFFF  # NVML's "not applicable" for instance ids
-PROCESS_UTILIZATION_WINDOW_SECONDS = 1.0  # per-process samples are taken from this last window
-IDLE = (0.0, 0.0, 0.0, 0.0)  # a process with no utilization sample in the window ran no kernel
 
 
 def _map(value: Any, convert: Callable[[Any], Any]) -> Reading[Any]:
@@ -195,7 +186,7 @@ class NodeReader:
         return GpuIdentity(
             uuid=_text(uuid) if is_available(uuid) else f"unknown-gpu-{index}",
             name=_map(call("nvmlDeviceGetName", handle), _text),
-            pci_bus_id=_map(pci, lambda p: _text(p.busId).lower()),
+            pci_bus_id=_map(pci, lambda p: normal_pci(_text(p.busId))),
             serial=_map(call("nvmlDeviceGetSerial", handle), _text),
             vbios_version=_map(call("nvmlDeviceGetVbiosVersion", handle), _text),
             board_part_number=_map(call("nvmlDeviceGetBoardPartNumber", handle), _text),
@@ -306,7 +297,7 @@ class NodeReader:
             rx_bytes=_map(values.get(fields.PCIE_RX_BYTES), int),
             replay_count=call("nvmlDeviceGetPcieReplayCounter", handle),
         )
-        processes, process_failure = self._read_processes(handle, now)
+        processes, process_failure = read_processes(self.session, handle, now)
         snapshot = GpuSnapshot(
             index=device.index,
             identity=device.identity,
@@ -392,62 +383,6 @@ class NodeReader:
             mig_mode_pending=_map(mig, lambda m: bool(m[1])),
         )
 
-    def _read_process_utilization(self, handle: Any, now: float) -> dict[int, tuple[float, ...]] | Unavailable:
-        """pid -> (sm, memory, encoder, decoder) ratios from the newest sample of the last second.
-
-        NVML_ERROR_NOT_FOUND means no process ran in that second: every ratio is then 0.
-        """
-        since_us = int((now - PROCESS_UTILIZATION_WINDOW_SECONDS) * 1e6)
-        samples = self.session.call("nvmlDeviceGetProcessUtilization", handle, since_us)
-        if isinstance(samples, Unavailable):
-            return {} if samples.detail.endswith("NVML_ERROR_NOT_FOUND") else samples
-        get = object.__getattribute__  # raw ctypes fields, past pynvml's str/bytes __getattribute__
-        newest: dict[int, tuple[int, tuple[float, ...]]] = {}
-        for sample in samples:
-            pid, stamp = get(sample, "pid"), get(sample, "timeStamp")
-            if pid not in newest or stamp > newest[pid][0]:
-                ratios = (get(sample, "smUtil") / 100.0, get(sample, "memUtil") / 100.0,
-                          get(sample, "encUtil") / 100.0, get(sample, "decUtil") / 100.0)
-                newest[pid] = (stamp, ratios)
-        return {pid: ratios for pid, (_, ratios) in newest.items()}
-
-    def _read_processes(self, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
-        """The GPU's processes, and the error of a listing that failed (None when both listed)."""
-        processes: list[GpuProcess] = []
-        failure: Unavailable | None = None
-        utilization: dict[int, tuple[float, ...]] | Unavailable | None = None
-        seen: set[int] = set()
-        for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
-            found = self.session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
-            if not is_available(found):
-                if found.reason in _REAL_ERRORS:
-                    failure = found
-                continue
-            if utilization is None and found:
-                utilization = self._read_process_utilization(handle, now)
-            for process in found:
-                if process.pid in seen:
-                    continue  # a process with compute and graphics contexts is listed in both
-                seen.add(process.pid)
-                gi = getattr(process, "gpuInstanceId", NO_ID)
-                ci = getattr(process, "computeInstanceId", NO_ID)
-                memory = process.usedGpuMemory
-                ratios = utilization.get(process.pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
-                processes.append(
-                    GpuProcess(
-                        pid=int(process.pid),
-                        used_memory_bytes=int(memory) if memory is not None else NOT_SUPPORTED,
-                        kind=kind,
-                        gpu_instance_id=gi if gi != NO_ID else NOT_SUPPORTED,
-                        compute_instance_id=ci if ci != NO_ID else NOT_SUPPORTED,
-                        sm_utilization=ratios[0],
-                        memory_utilization=ratios[1],
-                        encoder_utilization=ratios[2],
-                        decoder_utilization=ratios[3],
-                    )
-                )
-        return tuple(processes), failure
-
 
 def _reserved(memory: Any) -> Reading[int]:
     """``reserved`` exists only in the v2 memory struct (nvmlDeviceGetMemoryInfo_v2)."""
@@ -477,7 +412,6 @@ def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) ->
     )
 
 
-_REAL_ERRORS = ("error", "no_permission")  # "not supported" and "function not found" are facts, not errors
 
 
 def _errors(snapshot: GpuSnapshot, processes: Unavailable | None) -> tuple[tuple[str, str], ...]:

@@ -8,7 +8,7 @@ converted at the NVML boundary (``runtimekit.gpu.reader``). A reading the device
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar, Union
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ class Unavailable:
 
 NOT_SUPPORTED = Unavailable("not_supported")
 
-Reading = Union[T, Unavailable]
+Reading = T | Unavailable
 
 
 def is_available(value: object) -> bool:

@@ -27,6 +27,7 @@ from runtimekit.gpu.reader import NodeReader
 from runtimekit.gpu.topology import GpuTopology, read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
 from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, rdma_nics
+from runtimekit.state.refs import PciAddress
 
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
@@ -346,7 +347,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
             model=key,
             uuid=gpu.uuid,
             serial=_Q(_or(gpu.identity.serial, "")),
-            pci_bus_id=_Q(_or(gpu.identity.pci_bus_id, "").upper()),
+            pci_bus_id=_Q(_nvml_bus_id(gpu.identity.pci_bus_id)),
             numa_node=_gpu_numa(topo, numa),
             cpu_affinity=_Q(affinity),
             pcie_switch=PLACEHOLDER_SWITCH,
@@ -400,3 +401,9 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
     )
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100_000, default_flow_style=False)
     return header + body
+
+
+def _nvml_bus_id(value: object) -> str:
+    """The driver's spelling of a GPU's PCI address (scenarios hold what NVML answers), "" if unread."""
+    text = _or(value, "")
+    return PciAddress.parse(text).nvml if text else ""

@@ -16,15 +16,27 @@ def test_defaults_hold_without_a_file():
     cfg = config.load()
     assert cfg.sampling_interval_seconds == 1.0
     assert cfg.listen_port == config.DEFAULT_PORT
-    assert cfg.sim_scenario is None
+    assert cfg.extra == {}
 
 
 def test_file_values_and_flag_overrides(tmp_path):
-    path = write(tmp_path, "listen: 127.0.0.1:9000\nsampling:\n  interval_seconds: 2.5\nsim:\n  scenario: dgx-a100\n")
+    path = write(tmp_path, "listen: 127.0.0.1:9000\nsampling:\n  interval_seconds: 2.5\n")
     cfg = config.load(path, {"sampling.interval_seconds": 0.5, "listen": None})
     assert cfg.listen_host == "127.0.0.1" and cfg.listen_port == 9000
     assert cfg.sampling_interval_seconds == 0.5  # the flag wins
-    assert cfg.sim_scenario == "dgx-a100"
+
+
+def test_the_simulator_keys_exist_only_when_its_component_is_registered(tmp_path):
+    from runtimekit.sim.component import SIM_SCHEMA
+
+    path = write(tmp_path, "sim:\n  scenario: dgx-a100\n  pods: 3\n")
+    with pytest.raises(ConfigError, match="sim.scenario: unknown key"):
+        config.load(path)
+    assert not any(key.startswith("sim.") for key in config.SCHEMA)
+    cfg = config.load(path, extra_schema=SIM_SCHEMA)
+    assert cfg.extra["sim.scenario"] == "dgx-a100" and cfg.extra["sim.pods"] == 3
+    with pytest.raises(ConfigError, match="sim.pods: must be between"):
+        config.load(path, {"sim.pods": -1}, extra_schema=SIM_SCHEMA)
 
 
 @pytest.mark.parametrize(

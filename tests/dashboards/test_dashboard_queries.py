@@ -9,7 +9,6 @@ fault, XID and transition panels have something to show, as on a node that has s
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -17,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from runtimekit.sim.client import inject_remote
+from runtimekit.client import inject_remote
 from tests.agent_process import ROOT, free_port, start_agent
 
 DASHBOARDS = sorted((ROOT / "dashboards" / "grafana").glob("*.json"))
@@ -40,7 +39,7 @@ def query(prometheus: str, expr: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
+def prometheus(tmp_path_factory, require_tool):
     folder = tmp_path_factory.mktemp("dashboards")
     agent = start_agent(folder, "--sim", "dgx-h100", "--interval", "0.5", "--sim-pods", "4",
                         "--sim-processes", "8", "--seed", "5")
@@ -53,7 +52,7 @@ def prometheus(tmp_path_factory):
         "  - job_name: runtimekit\n"
         f"    static_configs: [{{targets: ['{target}'], labels: {{node: sim-node-1}}}}]\n"
     )
-    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    binary = require_tool("prometheus")
     server = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}"],

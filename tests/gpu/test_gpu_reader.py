@@ -11,6 +11,7 @@ import pytest
 
 from runtimekit.gpu import fields
 from runtimekit.gpu.types import Unavailable, is_available
+from runtimekit.state.refs import normal_pci
 
 EXPECTED = {  # scenario -> (architecture, compute capability, NVLink links)
     "dgx-h100": ("hopper", "9.0", 18),
@@ -59,7 +60,7 @@ def test_full_sample_matches_the_driver_in_base_units(scenario, make_node, make_
         identity = gpu.identity
         assert identity.uuid == gpu.uuid == spec.uuid
         assert identity.name == model.name
-        assert identity.pci_bus_id == spec.pci_bus_id.lower()
+        assert identity.pci_bus_id == normal_pci(spec.pci_bus_id)  # one spelling: 0000:07:00.0
         assert identity.pci_bus_id == identity.pci_bus_id.lower() and identity.pci_bus_id.count(":") == 2
         assert identity.serial == spec.serial
         assert identity.vbios_version == model.vbios_version

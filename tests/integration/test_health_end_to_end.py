@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from runtimekit.sim.client import inject_remote
+from runtimekit.client import inject_remote
 from tests.agent_process import Agent, parse_samples, start_agent
 
 INTERVAL = "0.3"

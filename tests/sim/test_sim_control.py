@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit.sim import FaultError
 from runtimekit.sim.cli_args import add_fault_arguments, fault_params_from_args
-from runtimekit.sim.client import SimClientError, SimRejectedError, inject_remote
+from runtimekit.client import AgentClientError, AgentRejectedError, inject_remote
 from runtimekit.sim.control import add_control_routes, is_loopback
 
 
@@ -96,7 +96,7 @@ async def test_client_injects_clears_and_reports_errors(client, node):
     answer = await asyncio.to_thread(inject_remote, url, 3, "nvlink-down", {"link": 2})
     assert answer["fault"]["params"] == {"link": 2}
     assert await asyncio.to_thread(inject_remote, url, 3, "nvlink-down", {}, True) == {"cleared": 1}
-    with pytest.raises(SimRejectedError, match="HTTP 400: params.mode") as info:
+    with pytest.raises(AgentRejectedError, match="HTTP 400: params.mode") as info:
         await asyncio.to_thread(inject_remote, url, 0, "compute-mode", {"mode": "sideways"})
     assert isinstance(info.value, ValueError)
 
@@ -105,7 +105,7 @@ def test_client_unreachable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(SimClientError, match="unreachable"):
+    with pytest.raises(AgentClientError, match="unreachable"):
         inject_remote(f"http://127.0.0.1:{port}", 0, "gpu-lost", {}, timeout=1)
 
 

@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from runtimekit.sim.client import reboot_remote
+from runtimekit.client import reboot_remote
 from runtimekit.sim.control import add_control_routes
 from runtimekit.sim.host import SimulatedHost
 

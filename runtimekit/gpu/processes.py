@@ -1,0 +1,83 @@
+"""The processes on a GPU: NVML's running-process lists and per-process utilization, in one reading.
+
+Compute and graphics lists are read with the newest struct version the driver has (``_v3``, then
+``_v2``); a process with both contexts is listed once. Utilization comes from
+nvmlDeviceGetProcessUtilization over the last ``PROCESS_UTILIZATION_WINDOW_SECONDS``, as ratios
+0..1 (NVML gives percent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtimekit.gpu.nvml import REAL_ERRORS, NvmlSession, Variant
+from runtimekit.gpu.types import NOT_SUPPORTED, GpuProcess, Unavailable, is_available
+
+COMPUTE_PROCESSES = (
+    Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
+    Variant("nvmlDeviceGetComputeRunningProcesses_v2"),
+)
+GRAPHICS_PROCESSES = (
+    Variant("nvmlDeviceGetGraphicsRunningProcesses_v3"),
+    Variant("nvmlDeviceGetGraphicsRunningProcesses_v2"),
+)
+NO_ID = 0xFFFFFFFF  # NVML's "not applicable" for instance ids
+PROCESS_UTILIZATION_WINDOW_SECONDS = 1.0  # per-process samples are taken from this last window
+IDLE = (0.0, 0.0, 0.0, 0.0)  # a process with no utilization sample in the window ran no kernel
+
+
+def read_process_utilization(session: NvmlSession, handle: Any, now: float) -> dict[int, tuple[float, ...]] | Unavailable:
+    """pid -> (sm, memory, encoder, decoder) ratios from the newest sample of the last second.
+
+    NVML_ERROR_NOT_FOUND means no process ran in that second: every ratio is then 0.
+    """
+    since_us = int((now - PROCESS_UTILIZATION_WINDOW_SECONDS) * 1e6)
+    samples = session.call("nvmlDeviceGetProcessUtilization", handle, since_us)
+    if isinstance(samples, Unavailable):
+        return {} if samples.detail.endswith("NVML_ERROR_NOT_FOUND") else samples
+    get = object.__getattribute__  # raw ctypes fields, past pynvml's str/bytes __getattribute__
+    newest: dict[int, tuple[int, tuple[float, ...]]] = {}
+    for sample in samples:
+        pid, stamp = get(sample, "pid"), get(sample, "timeStamp")
+        if pid not in newest or stamp > newest[pid][0]:
+            ratios = (get(sample, "smUtil") / 100.0, get(sample, "memUtil") / 100.0,
+                      get(sample, "encUtil") / 100.0, get(sample, "decUtil") / 100.0)
+            newest[pid] = (stamp, ratios)
+    return {pid: ratios for pid, (_, ratios) in newest.items()}
+
+def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
+    """The GPU's processes, and the error of a listing that failed (None when both listed)."""
+    processes: list[GpuProcess] = []
+    failure: Unavailable | None = None
+    utilization: dict[int, tuple[float, ...]] | Unavailable | None = None
+    seen: set[int] = set()
+    for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
+        found = session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
+        if not is_available(found):
+            if found.reason in REAL_ERRORS:
+                failure = found
+            continue
+        if utilization is None and found:
+            utilization = read_process_utilization(session, handle, now)
+        for process in found:
+            if process.pid in seen:
+                continue  # a process with compute and graphics contexts is listed in both
+            seen.add(process.pid)
+            gi = getattr(process, "gpuInstanceId", NO_ID)
+            ci = getattr(process, "computeInstanceId", NO_ID)
+            memory = process.usedGpuMemory
+            ratios = utilization.get(process.pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
+            processes.append(
+                GpuProcess(
+                    pid=int(process.pid),
+                    used_memory_bytes=int(memory) if memory is not None else NOT_SUPPORTED,
+                    kind=kind,
+                    gpu_instance_id=gi if gi != NO_ID else NOT_SUPPORTED,
+                    compute_instance_id=ci if ci != NO_ID else NOT_SUPPORTED,
+                    sm_utilization=ratios[0],
+                    memory_utilization=ratios[1],
+                    encoder_utilization=ratios[2],
+                    decoder_utilization=ratios[3],
+                )
+            )
+    return tuple(processes), failure
