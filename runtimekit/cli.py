@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from runtimekit import __version__
 from runtimekit import config as config_module
+from runtimekit._compat import UnsupportedVersion, check_versions
 
 EXIT_USAGE = 2
 
@@ -121,6 +122,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         "sim.pods": args.sim_pods,
     }
     simulation = None
+    try:
+        check_versions()
+    except UnsupportedVersion as error:
+        print(f"runtimekit: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.sim is None:
             given = [f"--{key.replace('sim.', 'sim-')}" for key, value in sim_overrides.items() if value is not None]

@@ -16,14 +16,15 @@ from prometheus_client.core import Metric
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, owner_labels
 from runtimekit.gpu.types import is_available
+from runtimekit.state import NodeView
 
 USAGE_LABELS = (*OWNER_LABELS, *GPU_LABELS)
 ALLOCATION_LABELS = (*OWNER_LABELS, "resource", "device_id", *GPU_LABELS)
 
 
 class PodCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
-        attribution = self._state.attribution
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        attribution = view.attribution
         if attribution is None:
             return
         memory = gauge(
@@ -49,11 +50,12 @@ class PodCollector(CardCollector):
         for usage in attribution.pods:
             key = (*owner_labels(usage.owner), str(usage.gpu_index), usage.gpu_uuid)
             sm = usage.sm_utilization if is_available(usage.sm_utilization) else None
+            used = usage.used_memory_bytes if is_available(usage.used_memory_bytes) else None
             if key not in merged:
-                merged[key] = [usage.used_memory_bytes, sm, usage.processes]
+                merged[key] = [used, sm, usage.processes]
                 continue
-            row = merged[key]
-            row[0] += usage.used_memory_bytes
+            row = merged[key]  # an unavailable reading adds nothing; both unavailable: no sample
+            row[0] = used if row[0] is None else (row[0] if used is None else row[0] + used)
             row[1] = sm if row[1] is None else (row[1] if sm is None else min(1.0, row[1] + sm))
             row[2] += usage.processes
         for key, (used, sm, count) in merged.items():
