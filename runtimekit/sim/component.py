@@ -51,7 +51,9 @@ class Simulation:
         self.node.set_pod_count(extra["sim.pods"])
         self.node.set_process_count(extra["sim.processes"])
         self.root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-", dir=_memory_backed_tmp()))
-        self.host = SimulatedHost(self.node, self.root)
+        # The simulated node's boot id lives in the agent's state directory: it stays the same across
+        # agent restarts (sticky faults stay), and changes only with `runtimekit sim reboot`.
+        self.host = SimulatedHost(self.node, self.root, boot_id_path=str(Path(config.state_dir) / "simulated-boot-id"))
 
     def configure(self, config: Config) -> Config:
         """The agent's configuration with the simulated host's paths in place of the real node's."""

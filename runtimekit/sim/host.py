@@ -43,7 +43,7 @@ _WORKER_CMDLINE = ("python", "worker.py", "--queue", "batch")
 class SimulatedHost:
     """Owns the fake servers and the /proc tree of one simulated node under ``root``."""
 
-    def __init__(self, node: SimulatedNode, root: Path) -> None:
+    def __init__(self, node: SimulatedNode, root: Path, *, boot_id_path: str | None = None) -> None:
         self.node = node
         self.root = Path(root)
         k8s = node.kubernetes
@@ -57,9 +57,13 @@ class SimulatedHost:
         self._started_at: dict[int, float] = {}
         self._cpu_written_at = 0.0
         self._lock = threading.Lock()
-        self.boot_id_path = str(self.root / "proc/sys/kernel/random/boot_id")
-        self.boot_id = ""
-        self._new_boot_id()
+        # The boot id outlives the agent when kept outside ``root`` (the simulated node stays up across
+        # agent restarts, as a real one does); only ``reboot()`` changes it.
+        self.boot_id_path = boot_id_path or str(self.root / "proc/sys/kernel/random/boot_id")
+        kept = Path(self.boot_id_path).read_text().strip() if Path(self.boot_id_path).is_file() else ""
+        self.boot_id = kept
+        if not kept:
+            self._new_boot_id()
 
     def _new_boot_id(self) -> None:
         """Write a fresh boot id (lower-case UUID and a newline, as the kernel prints it)."""
