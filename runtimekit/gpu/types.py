@@ -8,7 +8,9 @@ converted at the NVML boundary (``runtimekit.gpu.reader``). A reading the device
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
+
+from typing_extensions import TypeIs
 
 T = TypeVar("T")
 
@@ -31,11 +33,12 @@ class Unavailable:
 
 NOT_SUPPORTED = Unavailable("not_supported")
 
-Reading = T | Unavailable
+Reading: TypeAlias = T | Unavailable  # a reading, or why there is none
 
 
-def is_available(value: object) -> bool:
-    """True when ``value`` is a real reading (not an ``Unavailable``)."""
+def is_available(value: T | Unavailable) -> TypeIs[T]:
+    """True when ``value`` is a real reading (not an ``Unavailable``); a type guard, so that after
+    ``if is_available(x)`` the checker knows ``x`` is the reading itself."""
     return not isinstance(value, Unavailable)
 
 

@@ -107,7 +107,8 @@ async def cluster(tmp_path):
                                 f"--web.listen-address=127.0.0.1:{prometheus_port}"], tmp_path / "prometheus.log"))
         await wait_http(f"http://127.0.0.1:{prometheus_port}/-/ready")
         await asyncio.sleep(3)  # a few scrapes and evaluations of a healthy node
-        yield agent, kube, replacement, tmp_path, f"http://127.0.0.1:{remediation_port}"
+        yield agent, kube, replacement, tmp_path, f"http://127.0.0.1:{remediation_port}", \
+            f"http://127.0.0.1:{prometheus_port}"
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -130,7 +131,7 @@ def gpu_uuid(agent, index: int) -> str:
 
 
 async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
-    agent, kube, replacement, folder, remediation = cluster
+    agent, kube, replacement, folder, remediation, _ = cluster
     uuid = gpu_uuid(agent, 3)
     assert uuid.startswith("GPU-")
 
@@ -163,3 +164,35 @@ async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
     assert node["spec"]["unschedulable"] is True
     assert any(t["key"] == "runtimekit.io/gpu-unhealthy" for t in node["spec"].get("taints", []))
     assert latency <= 10.0, f"fault-to-replacement took {latency:.2f} s"
+
+
+async def query(prometheus: str, expr: str) -> list:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{prometheus}/api/v1/query", params={"query": expr}) as response:
+            answer = await response.json()
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+async def test_a_contained_ecc_error_is_a_warning_and_requests_no_spare_node(cluster):
+    """XID 94 as hardware delivers it (the uncorrected counters move, a row remap goes pending, then
+    XID 94): the GPU stays schedulable with a warning asking for a reset when idle, and nothing in
+    the shipped pipeline asks for a node to be taken out or replaced."""
+    agent, kube, replacement, folder, remediation, prometheus = cluster
+    uuid = gpu_uuid(agent, 5)
+    inject_remote(agent.url, 5, "ecc-contained", {})
+    deadline = time.monotonic() + 30
+    faults: list = []
+    while not faults and time.monotonic() < deadline:
+        faults = await query(prometheus, f'runtimekit_gpu_fault_active{{uuid="{uuid}"}} == 1')
+        await asyncio.sleep(0.5)
+    assert faults, "the contained ECC error never showed in Prometheus"
+    assert {f["metric"]["severity"] for f in faults} == {"warning"}, faults
+    assert {f["metric"]["action"] for f in faults} <= {"drain_and_reset_gpu", "none"}, faults
+    health = await query(prometheus, f'runtimekit_gpu_health{{uuid="{uuid}"}} == 1')
+    assert [h["metric"]["state"] for h in health] == ["suspect"], health
+    await asyncio.sleep(8)  # evaluations and Alertmanager re-sends: still nothing acted on
+    firing = await query(prometheus, f'ALERTS{{uuid="{uuid}",alertstate="firing"}}')
+    assert all(a["metric"]["action"] not in ("replace_node", "reboot_node") for a in firing), firing
+    assert replacement.calls == []
+    assert not kube.nodes[NODE]["spec"].get("unschedulable")
