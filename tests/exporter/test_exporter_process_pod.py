@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from exporter_factories import (
     REFRESHED_AT,
-    SAMPLED_AT,
     SECRET_CMDLINE,
     GiB,
     make_allocation,
@@ -35,7 +34,8 @@ from runtimekit.attribution.types import HOST, Owner, SourceStatus
 from runtimekit.exporter.collectors.attribution import AttributionCollector
 from runtimekit.exporter.collectors.pod import PodCollector
 from runtimekit.exporter.collectors.process import REDACTED, CommandRedactor, ProcessCollector
-from runtimekit.exporter.registry import COLLECTORS, build_registry
+from runtimekit.exporter.exposition import ExpositionCache
+from runtimekit.exporter.registry import COLLECTORS, ViewCollector, build_collector_set, build_registry
 from runtimekit.exporter.timing import CollectorSet
 from runtimekit.gpu.types import NOT_SUPPORTED, RetiredPages, Thermal, Unavailable
 
@@ -52,14 +52,14 @@ TRAINER_LABELS = {"namespace": "ml", "pod": "trainer-0", "container": "main"}
 NO_OWNER = {"namespace": "", "pod": "", "container": ""}
 
 
-def render(state, *, clock=lambda: REFRESHED_AT + 2.0, **options) -> dict[str, list]:
-    """{sample name: [samples]} of the three collectors, through a fresh CollectorRegistry."""
+def render(state, **options) -> dict[str, list]:
+    """{sample name: [samples]} of the three collectors over the state's view, through a fresh CollectorRegistry."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CollectorSet({
-        "process": ProcessCollector(state, clock, **options),
-        "pod": PodCollector(state, clock),
-        "attribution": AttributionCollector(state, clock),
-    }, timer=lambda: 0.0))
+    registry.register(ViewCollector(state, CollectorSet({
+        "process": ProcessCollector(**options),
+        "pod": PodCollector(),
+        "attribution": AttributionCollector(),
+    }, timer=lambda: 0.0)))
     out: dict[str, list] = {}
     for family in registry.collect():
         for sample in family.samples:
@@ -171,14 +171,14 @@ def test_vanished_process_vanishes_from_exposition():
 def test_no_attribution_yields_nothing():
     state = make_state(make_snapshot())
     for cls in (ProcessCollector, PodCollector, AttributionCollector):
-        assert list(cls(state).collect()) == [], cls.__name__
+        assert list(cls().collect(state.view())) == [], cls.__name__
 
 
 def test_dropped_counter_per_gpu_starts_at_zero_for_live_gpus():
     gpus = (make_gpu(0), make_gpu(1), make_lost_gpu(2))
     attribution = make_attribution(dropped={(0, uuid_for(0)): 17, (2, uuid_for(2)): 3})
     state = state_with(attribution, gpus)
-    family = next(f for f in ProcessCollector(state).collect() if f.name == "runtimekit_processes_dropped")
+    family = next(f for f in ProcessCollector().collect(state.view()) if f.name == "runtimekit_processes_dropped")
     assert family.type == "counter"
     got = {(s.labels["gpu"], s.labels["uuid"]): s.value for s in family.samples}
     assert got == {("0", uuid_for(0)): 17, ("1", uuid_for(1)): 0, ("2", uuid_for(2)): 3}
@@ -306,12 +306,13 @@ def test_vanished_pod_vanishes():
 # --- attribution health --------------------------------------------------------------------------
 
 
-def test_source_up_gauges_and_age():
+def test_source_up_gauges_and_last_refresh_timestamp():
     sources = {"procfs": SourceStatus(True), "kubelet": SourceStatus(False, "connection refused"), "cri": SourceStatus(True)}
-    series = render(state_with(make_attribution(sources=sources)), clock=lambda: REFRESHED_AT + 4.5)
+    series = render(state_with(make_attribution(sources=sources)))
     assert [(s.labels["source"], s.value) for s in series["runtimekit_attribution_source_up"]] == [
         ("kubelet", 0.0), ("cri", 1.0), ("procfs", 1.0)]
-    assert one(series, "runtimekit_attribution_age_seconds") == 4.5
+    assert one(series, "runtimekit_attribution_last_refresh_timestamp_seconds") == REFRESHED_AT  # not an age
+    assert "runtimekit_attribution_age_seconds" not in series
 
 
 def test_only_sources_present_are_exported():
@@ -334,8 +335,7 @@ def full_state():
 
 
 def full_registry():
-    return build_registry(full_state(), clock=lambda: SAMPLED_AT + 3, timer=lambda: 0.0,
-                          options={"process": {"cmdline": True}})
+    return build_registry(full_state(), timer=lambda: 0.0, options={"process": {"cmdline": True}})
 
 
 def test_registered_and_enabled_by_default():
@@ -354,11 +354,12 @@ def test_registry_options_switch_cmdline_on():
     assert 'runtimekit_collector_success{collector="process"} 1.0' in text
 
 
+@pytest.mark.tool("promtool")
 def test_promtool_check_metrics_is_silent_with_attribution_families():
     text = generate_latest(full_registry())
     for family in ("runtimekit_process_gpu_memory_bytes", "runtimekit_process_cpu_seconds_total", "runtimekit_process_info",
                    "runtimekit_processes_dropped_total", "runtimekit_pod_gpu_allocated", "runtimekit_pod_gpu_utilization_ratio",
-                   "runtimekit_attribution_source_up", "runtimekit_attribution_age_seconds"):
+                   "runtimekit_attribution_source_up", "runtimekit_attribution_last_refresh_timestamp_seconds"):
         assert f"# TYPE {family} ".encode() in text, family
     result = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
@@ -373,8 +374,10 @@ def test_openmetrics_types_and_units():
     assert families["runtimekit_pod_gpu_memory_used_bytes"].unit == "bytes"
 
 
-def test_docs_table_lists_exactly_the_exported_families_with_attribution():
-    exported = set(re.findall(r"^# TYPE (\S+)", generate_latest(full_registry()).decode(), re.M))
+async def test_docs_table_lists_exactly_the_exported_families_with_attribution():
+    """Every family /metrics serves (the collectors' and the exposition cache's own) is documented."""
+    cache = ExpositionCache(full_state(), build_collector_set(timer=lambda: 0.0, options={"process": {"cmdline": True}}))
+    exported = set(re.findall(r"^# TYPE (\S+)", (await cache.render("text")).decode(), re.M))
     documented = set(re.findall(r"^\| `(runtimekit_[a-z0-9_]+)`", DOCS.read_text(), re.M))
     assert exported == documented
 

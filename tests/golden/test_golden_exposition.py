@@ -1,13 +1,16 @@
-"""Golden exposition files: the full /metrics text of each simulated scenario, byte for byte.
+"""Golden exposition files: the full served /metrics text of each simulated scenario, byte for byte
+(card, process, pod, attribution and health families, rendered through the exporter's route).
 
 Regenerate with ``.venv/bin/python -m pytest tests/golden --update-golden`` and review the diff
-(node_exporter's ``end-to-end-test.sh -u``). What is pinned is listed in golden_render.py.
+(node_exporter's ``end-to-end-test.sh -u``). What is served and what is pinned is listed in
+golden_render.py.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +62,7 @@ def test_render_is_stable_in_process_and_across_processes(scenario):
     assert result.stdout == first
 
 
-@pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool is not installed")
+@pytest.mark.tool("promtool")
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_file_passes_promtool_silently(scenario):
     path = golden_path(scenario)
@@ -74,15 +77,32 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     text = golden_path(scenario).read_text()
     assert 'runtimekit_build_info{python_version="3.11.0",version="0.0.0+golden"} 1.0' in text
     assert "runtimekit_nvml_up 1.0" in text
-    assert "runtimekit_snapshot_age_seconds 2.0" in text
+    assert "runtimekit_last_sample_timestamp_seconds 1.7500003e+09\n" in text  # SAMPLED_AT
+    assert "runtimekit_attribution_last_refresh_timestamp_seconds 1.7500003e+09\n" in text
+    assert "_age_seconds" not in text  # timestamps, never ages: a cached exposition stays true
     assert "runtimekit_gpus 8.0" in text
     assert 'runtimekit_gpu_xid_errors_total{gpu="1",' in text and 'xid="13"} 1.0' in text
     assert "runtimekit_collector_success{collector=" in text and 'runtimekit_collector_success{collector="self"} 1.0' in text
     assert 'runtimekit_collector_duration_seconds{collector="self"} 0.0\n' in text  # the pinned timer
     assert "NaN" not in text and "-1.0\n" not in text
+    # The attribution families, from the simulator's fake kubelet, CRI runtime and /proc.
+    for source in ("kubelet", "cri", "procfs"):
+        assert f'runtimekit_attribution_source_up{{source="{source}"}} 1.0' in text
+    assert 'runtimekit_process_gpu_memory_bytes{' in text and 'namespace="sim",pid="' in text
+    assert 'runtimekit_pod_gpu_allocated{container="worker",device_id="' in text and 'pod="sim-pod-0003"' in text
+    assert 'runtimekit_process_info{command="python -m torch.distributed.run train.py --config llama.yaml --wandb-api-key=<redacted>"' in text
+    assert "sim-secret" not in text
+    # The health families, from the real detectors and state machine: XID 13 is an application fault.
+    assert 'runtimekit_gpu_fault_active{fault="xid_13",gpu="1",severity="info",' in text
+    assert "runtimekit_health_evaluation_seconds 0.0\n" in text
+    assert 'runtimekit_exposition_renders_total{trigger="scrape"} 1.0\n' in text
     lost = {"dgx-h100-xid-79": {5}}.get(scenario, set())
     for gpu in range(8):
         assert f'runtimekit_gpu_lost{{gpu="{gpu}",' in text
         assert (f'runtimekit_gpu_power_draw_watts{{gpu="{gpu}",' in text) is (gpu not in lost)
+        health = "unhealthy" if gpu in lost else "healthy"
+        assert re.search(rf'runtimekit_gpu_health\{{gpu="{gpu}",state="{health}",uuid="[^"]+"\}} 1\.0', text)
         if gpu in lost:
             assert f'runtimekit_gpu_xid_errors_total{{gpu="{gpu}",' in text and 'xid="79"} 1.0' in text
+    node = "unhealthy" if lost else "healthy"
+    assert f'runtimekit_node_health{{state="{node}"}} 1.0' in text
