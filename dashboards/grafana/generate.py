@@ -39,7 +39,8 @@ DASHBOARDS = {
          [("", f"sum by (node, gpu, fault, severity) (runtimekit_gpu_fault_active{{{NODE}}})")]),
         ("XIDs in the range", "table", "none",
          [("", f"sum by (node, gpu, xid) (increase(runtimekit_gpu_xid_errors_total{{{NODE}}}[$__range]))")]),
-        ("Samples stale (snapshot age)", "timeseries", "s", [("{{node}}", f"max by (node) (runtimekit_snapshot_age_seconds{{{NODE}}})")]),
+        ("Samples stale (time since the last sample)", "timeseries", "s", [("{{node}}", f"max by (node) (time() - runtimekit_last_sample_timestamp_seconds{{{NODE}}})")]),
+        ("Agent component restarts", "timeseries", "short", [("{{node}} {{component}}", f"increase(runtimekit_component_restarts_total{{{NODE}}}[$__rate_interval])")]),
     ]),
     "runtimekit-node": ("Runtime Kit / Node and card detail", [
         ("GPU utilization", "timeseries", "percentunit", [("GPU {{gpu}}", f"runtimekit_gpu_utilization_ratio{{{GPU}}}")]),

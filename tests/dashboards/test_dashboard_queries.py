@@ -9,15 +9,15 @@ fault, XID and transition panels have something to show, as on a node that has s
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
 from runtimekit.client import inject_remote
-from tests.agent_process import ROOT, free_port, start_agent
+from tests.agent_process import ROOT, start_agent
+from tests.prometheus_process import prometheus as prometheus_process
+from tests.prometheus_process import query, scrape_config, wait_for_scrapes
 
 DASHBOARDS = sorted((ROOT / "dashboards" / "grafana").glob("*.json"))
 VARIABLES = {"$node": ".*", "$gpu": ".*", "$namespace": ".*", "$pod": ".*",
@@ -30,52 +30,18 @@ def substitute(expr: str) -> str:
     return expr
 
 
-def query(prometheus: str, expr: str) -> list:
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        answer = json.load(response)
-    assert answer["status"] == "success", answer
-    return answer["data"]["result"]
-
-
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory, require_tool):
+def prometheus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dashboards")
     agent = start_agent(folder, "--sim", "dgx-h100", "--interval", "0.5", "--sim-pods", "4",
                         "--sim-processes", "8", "--seed", "5")
-    port = free_port()
-    config = folder / "prometheus.yml"
-    target = agent.url.removeprefix("http://")
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: runtimekit\n"
-        f"    static_configs: [{{targets: ['{target}'], labels: {{node: sim-node-1}}}}]\n"
-    )
-    binary = require_tool("prometheus")
-    server = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(folder / "prometheus.log", "w"),
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        inject_remote(agent.url, 1, "thermal-slowdown", {})
-        inject_remote(agent.url, 2, "xid", {"xid": 13})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # a dozen scrapes: enough for rate() and increase()
-            try:
-                if query(url, 'count_over_time(up{job="runtimekit"}[1m]) >= 12'):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        else:
-            raise AssertionError((folder / "prometheus.log").read_text()[-3000:])
-        yield url
+        with prometheus_process(folder, scrape_config(agent.url.removeprefix("http://"))) as url:
+            inject_remote(agent.url, 1, "thermal-slowdown", {})
+            inject_remote(agent.url, 2, "xid", {"xid": 13})
+            wait_for_scrapes(url, folder, 12)  # a dozen scrapes: enough for rate() and increase()
+            yield url
     finally:
-        server.terminate()
-        server.wait(10)
         agent.stop()
 
 

@@ -11,13 +11,9 @@ shortens only its ``for:`` and, for staleness, its threshold in seconds (60 s in
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -30,8 +26,8 @@ from runtimekit.gpu.reader import NodeReader
 from runtimekit.healthcheck.checker import HealthChecker
 from runtimekit.service import build_app
 from runtimekit.sim.component import SIM_SCHEMA, Simulation
-from tests.agent_process import ROOT, free_port
-from tests.conftest import require_tool
+from tests.agent_process import ROOT
+from tests.prometheus_process import prometheus, query, scrape_config, wait_for_scrapes
 
 RULES = ROOT / "alerts" / "runtimekit.rules.yml"
 STALE_AFTER_SECONDS = 3
@@ -54,14 +50,6 @@ def test_copy(rule: dict) -> dict:
 test_copy.__test__ = False  # a helper, not a test
 
 
-def query(prometheus: str, expr: str) -> list:
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        answer = json.load(response)
-    assert answer["status"] == "success", answer
-    return answer["data"]["result"]
-
-
 async def firing(prometheus: str, alert: str) -> bool:
     expr = f'ALERTS{{alertname="{alert}",alertstate="firing"}}'
     return bool(await asyncio.to_thread(query, prometheus, expr))
@@ -76,7 +64,6 @@ async def until(predicate, timeout: float, what: str) -> None:
 
 @pytest.fixture
 async def agent_and_prometheus(tmp_path: Path) -> AsyncIterator[tuple[str, dict]]:
-    binary = require_tool("prometheus", package="prometheus")
     overrides = {
         "state_dir": str(tmp_path / "state"),
         "sampling.interval_seconds": 0.5,
@@ -96,32 +83,12 @@ async def agent_and_prometheus(tmp_path: Path) -> AsyncIterator[tuple[str, dict]
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [
         {"name": "self", "interval": "1s", "rules": [test_copy(rule) for rule in alerts.values()]}
     ]}))
-    port = free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{tmp_path / 'rules.yml'}']\n"
-        "scrape_configs:\n"
-        "  - job_name: runtimekit\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{server.port}'], labels: {{node: sim-node-1}}}}]\n"
-    )
-    prometheus = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"),
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        async def scraped() -> bool:
-            try:
-                return bool(await asyncio.to_thread(query, url, 'count_over_time(up{job="runtimekit"}[1m]) >= 3'))
-            except OSError:
-                return False
-
-        await until(scraped, 60, "three scrapes")
-        yield url, alerts
+        config_file = scrape_config(f"127.0.0.1:{server.port}", rule_files=[str(tmp_path / "rules.yml")])
+        with prometheus(tmp_path, config_file) as url:
+            await asyncio.to_thread(wait_for_scrapes, url, tmp_path, 3)
+            yield url, alerts
     finally:
-        prometheus.terminate()
-        prometheus.wait(10)
         await server.close()
         simulation.remove()
 
