@@ -26,7 +26,7 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 import grpc.aio
@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+#: The stub type of a ``UnixRpcClient`` (generated gRPC stubs are untyped: subclasses name a
+#: Protocol of the calls they make).
+_S = TypeVar("_S")
 
 #: Codes that mean "nobody answered", as opposed to "the peer answered with an error".
 UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
@@ -89,7 +92,7 @@ def unix_channel(socket_path: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(f"unix:{socket_path_of(socket_path)}", options=list(CHANNEL_OPTIONS))
 
 
-class UnixRpcClient:
+class UnixRpcClient(Generic[_S]):
     """A lazily opened ``grpc.aio`` channel to one unix socket, with deadlines and error mapping.
 
     The channel is created on the first call (inside the running event loop, as grpc.aio
@@ -111,10 +114,10 @@ class UnixRpcClient:
         self.socket_path = socket_path_of(socket_path)
         self.timeout = float(timeout)
         self._channel: grpc.aio.Channel | None = None
-        self._stub: object | None = None
+        self._stub: _S | None = None
 
     # -- subclass hook -------------------------------------------------------------------------
-    def _make_stub(self, channel: grpc.aio.Channel) -> object:
+    def _make_stub(self, channel: grpc.aio.Channel) -> _S:
         raise NotImplementedError
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -141,7 +144,7 @@ class UnixRpcClient:
         if not stat.S_ISSOCK(mode):
             raise self.unavailable_type(self.source, self.socket_path, "path exists but is not a socket")
 
-    def _stub_now(self) -> tuple[object, bool]:
+    def _stub_now(self) -> tuple[_S, bool]:
         """The stub, and whether its channel is new (never used for a call yet)."""
         if self._stub is None:
             self._channel = unix_channel(self.socket_path)
@@ -157,7 +160,7 @@ class UnixRpcClient:
             except Exception:  # closing a broken channel must not hide the real error
                 pass
 
-    async def _call(self, what: str, invoke: Callable[[object, float], Awaitable[_T]]) -> _T:
+    async def _call(self, what: str, invoke: Callable[[_S, float], Awaitable[_T]]) -> _T:
         """Run ``invoke(stub, timeout)`` and map gRPC failures to ``error_type``/``unavailable_type``.
 
         ``what`` names the call in messages ("List"). The whole call, retry included, stays

@@ -221,7 +221,7 @@ class Attributor:
         )
 
     def _allocation_rows(self) -> list[tuple[Owner, str, str]]:
-        rows = []
+        rows: list[tuple[Owner, str, str]] = []
         for row in self.kubelet.value or []:
             owner = Owner(namespace=row.namespace, pod=row.pod_name, container=row.container_name)
             rows.extend((owner, row.resource_name, device_id) for device_id in row.device_ids)

@@ -15,7 +15,11 @@ Sockets: containerd ``/run/containerd/containerd.sock``, CRI-O ``/var/run/crio/c
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol
+
+import grpc.aio
 
 from runtimekit._proto.cri.runtime.v1 import api_pb2 as pb
 from runtimekit._proto.cri.runtime.v1 import api_pb2_grpc as pb_grpc
@@ -77,7 +81,18 @@ class RuntimeVersion:
     runtime_api_version: str
 
 
-class CriClient(UnixRpcClient):
+class _RuntimeServiceStub(Protocol):
+    """The calls this client makes on the generated ``RuntimeServiceStub`` (which is untyped: its
+    methods are ``grpc.aio`` unary-unary callables set in ``__init__``)."""
+
+    def ListContainers(
+        self, request: pb.ListContainersRequest, *, timeout: float
+    ) -> Awaitable[pb.ListContainersResponse]: ...
+
+    def Version(self, request: pb.VersionRequest, *, timeout: float) -> Awaitable[pb.VersionResponse]: ...
+
+
+class CriClient(UnixRpcClient[_RuntimeServiceStub]):
     """Async client of a container runtime's CRI ``RuntimeService`` on a unix socket.
 
     Every call has a deadline of ``timeout`` seconds. Failures raise ``SourceUnavailable`` (no
@@ -89,7 +104,7 @@ class CriClient(UnixRpcClient):
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> None:
         super().__init__(socket_path, timeout)
 
-    def _make_stub(self, channel):
+    def _make_stub(self, channel: grpc.aio.Channel) -> _RuntimeServiceStub:
         return pb_grpc.RuntimeServiceStub(channel)
 
     async def list_containers(self, *, running_only: bool = True) -> list[ContainerInfo]:

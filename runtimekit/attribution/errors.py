@@ -18,10 +18,14 @@ clients return frozen dataclasses.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from runtimekit import grpc_unix
 from runtimekit.grpc_unix import socket_path_of
 
 __all__ = ["SourceError", "SourceUnavailable", "UnixRpcClient", "socket_path_of"]
+
+_S = TypeVar("_S")
 
 
 class SourceError(grpc_unix.UnixRpcError):
@@ -36,7 +40,7 @@ class SourceUnavailable(SourceError, grpc_unix.UnixRpcUnavailable):
     """The source did not answer: socket missing or refused, or no reply before the deadline."""
 
 
-class UnixRpcClient(grpc_unix.UnixRpcClient):
+class UnixRpcClient(grpc_unix.UnixRpcClient[_S]):
     """``grpc_unix.UnixRpcClient`` raising ``SourceError`` / ``SourceUnavailable``."""
 
     error_type = SourceError

@@ -16,7 +16,12 @@ kubelet re-creates the socket when it restarts, and a bind-mounted file would ke
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol
+
+import grpc.aio
 
 from runtimekit._proto.podresources.v1 import api_pb2 as pb
 from runtimekit._proto.podresources.v1 import api_pb2_grpc as pb_grpc
@@ -51,7 +56,22 @@ class PodDevices:
     numa_nodes: tuple[int, ...] = ()
 
 
-class PodResourcesClient(UnixRpcClient):
+class _PodResourcesListerStub(Protocol):
+    """The calls this client makes on the generated ``PodResourcesListerStub`` (which is untyped:
+    its methods are ``grpc.aio`` unary-unary callables set in ``__init__``)."""
+
+    def List(
+        self, request: pb.ListPodResourcesRequest, *, timeout: float
+    ) -> Awaitable[pb.ListPodResourcesResponse]: ...
+
+    def Get(self, request: pb.GetPodResourcesRequest, *, timeout: float) -> Awaitable[pb.GetPodResourcesResponse]: ...
+
+    def GetAllocatableResources(
+        self, request: pb.AllocatableResourcesRequest, *, timeout: float
+    ) -> Awaitable[pb.AllocatableResourcesResponse]: ...
+
+
+class PodResourcesClient(UnixRpcClient[_PodResourcesListerStub]):
     """Async client of the kubelet pod-resources API on a unix socket.
 
     Every call has a deadline of ``timeout`` seconds. Failures raise ``SourceUnavailable`` (no
@@ -65,7 +85,7 @@ class PodResourcesClient(UnixRpcClient):
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> None:
         super().__init__(socket_path, timeout)
 
-    def _make_stub(self, channel):
+    def _make_stub(self, channel: grpc.aio.Channel) -> _PodResourcesListerStub:
         return pb_grpc.PodResourcesListerStub(channel)
 
     async def list(self) -> list[PodDevices]:
@@ -82,7 +102,8 @@ class PodResourcesClient(UnixRpcClient):
             rows.extend(_pod_rows(pod))
         return rows
 
-    async def get(self, namespace: str, pod_name: str) -> list[PodDevices] | None:
+    # ``builtins.list``: in this class body ``list`` is the method above.
+    async def get(self, namespace: str, pod_name: str) -> builtins.list[PodDevices] | None:
         """Devices of one pod's containers (``Get``), or None when the kubelet does not know the pod.
 
         Needs a kubelet with ``Get`` (1.27+, feature gate KubeletPodResourcesGet, beta in 1.34).
@@ -98,7 +119,7 @@ class PodResourcesClient(UnixRpcClient):
             raise
         return _pod_rows(response.pod_resources)
 
-    async def allocatable(self, resource_name: str | None = None) -> list[str]:
+    async def allocatable(self, resource_name: str | None = None) -> builtins.list[str]:
         """Ids of every device the kubelet can allocate (``GetAllocatableResources``), in its order.
 
         With ``resource_name`` ("nvidia.com/gpu"), only that resource's devices.

@@ -51,7 +51,7 @@ class XidWatcher:
         self._thread: threading.Thread | None = None
         self._crashed: BaseException | None = None
         self.heartbeat_at = time.monotonic()  # the thread's last sign of life (monotonic seconds)
-        self.registered: dict[int, tuple[int, str]] = {}  # handle address -> (gpu index, uuid)
+        self.registered: dict[int | None, tuple[int, str]] = {}  # handle address (None: NULL) -> (gpu index, uuid)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runtimekit-xid-events", daemon=True)

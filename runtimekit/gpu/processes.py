@@ -57,7 +57,9 @@ def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple
             if found.reason in REAL_ERRORS:
                 failure = found
             continue
-        if utilization is None and found:
+        if not found:
+            continue
+        if utilization is None:
             utilization = read_process_utilization(session, handle, now)
         for process in found:
             if process.pid in seen:

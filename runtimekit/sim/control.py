@@ -27,7 +27,7 @@ import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal, overload
 
 from aiohttp import web
 
@@ -83,6 +83,10 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
+@overload
+def _int(body: dict[str, Any], key: str, *, required: Literal[True] = True) -> int: ...
+@overload
+def _int(body: dict[str, Any], key: str, *, required: bool) -> int | None: ...
 def _int(body: dict[str, Any], key: str, *, required: bool = True) -> int | None:
     v = body.get(key)
     if v is None and not required:

@@ -160,6 +160,7 @@ def _model(gpu: GpuSnapshot, topo: GpuTopology, key: str, notes: _Notes) -> dict
     for name, value in thresholds.items():
         if not is_available(value):
             notes.placeholder(f"models.{key}.temperature_thresholds_c.{name}: not given by NVML (0)")
+    assert gpu.memory is not None  # _check_gpu refuses a GPU without memory readings
     memory_total = limits.memory_total_bytes
     if not is_available(memory_total):
         raise RuntimeError(f"cannot record: GPU {gpu.index} memory size is unreadable ({memory_total})")
@@ -204,15 +205,15 @@ def _idle_facts(model: dict[str, Any], key: str, gpus: list[GpuSnapshot], notes:
     for gpu in gpus:
         if not _idle(gpu) or gpu.power is None or gpu.clocks is None:
             continue
-        draw, clocks = gpu.power.draw_watts, gpu.clocks
-        readings = (draw, clocks.sm_hertz, clocks.memory_hertz, clocks.graphics_hertz)
-        if not all(is_available(r) for r in readings):
+        draw = gpu.power.draw_watts
+        sm, memory, graphics = gpu.clocks.sm_hertz, gpu.clocks.memory_hertz, gpu.clocks.graphics_hertz
+        if not (is_available(draw) and is_available(sm) and is_available(memory) and is_available(graphics)):
             continue
         model["power_idle_w"] = min(limit_w - 1, max(1, int(round(draw))))
         model["clocks_idle_mhz"] = _Flow(
-            sm=int(round(clocks.sm_hertz / 1e6)),
-            memory=int(round(clocks.memory_hertz / 1e6)),
-            graphics=int(round(clocks.graphics_hertz / 1e6)),
+            sm=int(round(sm / 1e6)),
+            memory=int(round(memory / 1e6)),
+            graphics=int(round(graphics / 1e6)),
         )
         notes.estimate(f"models.{key}.power_idle_w, clocks_idle_mhz: read from idle GPU {gpu.index} while recording")
         return

@@ -48,9 +48,10 @@ class WorkloadPart(NodeCore):
             return sorted(self._pods.values(), key=lambda p: (p.namespace, p.name)) + list(self._generated_pods)
 
     def add_pod(
-        self, namespace: str, name: str, containers: list[dict[str, Any]], qos: str = "burstable"
+        self, namespace: str, name: str, containers: list[dict[str, Any]] | None, qos: str = "burstable"
     ) -> SimPod:
-        """Start a pod; ``containers`` are ``{"name", "gpus": [index, ...], "idle": bool}``.
+        """Start a pod; ``containers`` are ``{"name", "gpus": [index, ...], "idle": bool}`` (None, a
+        request without them, is refused like any other bad input).
 
         Raises FaultError naming the field and rule for bad input (and changes nothing).
         """
