@@ -4,8 +4,7 @@ persists what must survive, and publishes the verdict in ``NodeState``.
 One asyncio task owned by a cleanup context (``runtimekit.service._health_context``). It never
 calls NVML: polled checks read the sampler's snapshot, event checks read ``state.xids_after``.
 
-- ``state.subscribe`` callbacks come from the sampler's, the XID thread's and the loop's threads;
-  the callback only hops to the loop (``call_soon_threadsafe``) and sets an event. The task then
+- ``state.watch(SAMPLE, XIDS)`` wakes the task after new samples and XIDs (from any thread); it
   evaluates whatever is new — a sample, XIDs, or both in one evaluation — one evaluation at a time.
 - The detectors run in a dedicated worker thread (a slow or stuck detector never blocks the loop
   or the default executor), bounded by ``timeout_seconds``. A detector that raises or times out is
@@ -15,7 +14,11 @@ calls NVML: polled checks read the sampler's snapshot, event checks read ``state
 - An XID-only evaluation (no new sample) gives the detectors the latest snapshot as both
   ``snapshot`` and ``previous`` (``data.snapshot is data.previous``: no new sample, deltas are 0)
   and does not count as a clean sample for the machine.
-- The verdict is persisted (atomically, only when it changed) *before* it is published.
+- The verdict is persisted (atomically, only when it changed) *before* it is published, together
+  with the detectors' states (``store.py`` says which parts are written at once, which at most
+  every minute); both are read back at start.
+- A sample with NVML up is a full inventory of the node: the machine retires the records of GPUs
+  no longer there (``machine.py``), so a replaced board leaves one health series per index.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from typing import Any
 
 from runtimekit.gpu.types import NodeSnapshot, is_available
 from runtimekit.healthcheck.machine import NODE, NODE_INDEX, STATE_ORDER, MachineInput, MachineState, Step, node_health, step
+from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.store import HealthStore, Loaded
-from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, NONE, WARNING, DetectorInput, Finding
-from runtimekit.state import NodeState
+from runtimekit.healthcheck.types import DetectorInput, Finding
+from runtimekit.state import SAMPLE, XIDS, NodeState
 
 log = logging.getLogger("runtimekit.health")
 
@@ -120,6 +124,7 @@ class HealthChecker:
         if self._store is not None:
             loaded: Loaded = await asyncio.get_running_loop().run_in_executor(self._io, self._store.load)
             self._machine = loaded.state
+            self._detector_states = dict(loaded.detectors)
             self._expected_seen = loaded.expected_gpus
             self._boot_id_changed = loaded.boot_id_changed
             remembered = [f"GPU {r.index} ({r.uuid}) {r.state}" for r in loaded.state.gpus.values() if r.state != "healthy"]
@@ -131,24 +136,8 @@ class HealthChecker:
         """Evaluate whenever NodeState has something new, until cancelled."""
         if not self._loaded:
             await self.load()
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-
-        def notify() -> None:  # any thread
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:  # the loop is closing
-                pass
-
-        unsubscribe = self._state.subscribe(notify)
-        wake.set()
-        try:
-            while True:
-                await wake.wait()
-                wake.clear()
-                await self.evaluate()
-        finally:
-            unsubscribe()
+        async for _view in self._state.watch(SAMPLE, XIDS):
+            await self.evaluate()
 
     def close(self) -> None:
         """Stop the worker threads (a stuck detector's thread is left to finish on its own)."""
@@ -184,10 +173,11 @@ class HealthChecker:
             findings, cpu = outcome.findings, outcome.cpu_seconds
         else:
             resets, sampled, cpu = frozenset(), False, 0.0
-            findings = (Finding(NODE_INDEX, NODE, CHECK_FAILED, WARNING, NONE, failure, CLEARS_WHEN_CLEAN),)
+            findings = (default_policy().finding(NODE_INDEX, NODE, CHECK_FAILED, failure),)
         result = step(self._machine, MachineInput(
             now=now, findings=findings, gpus=tuple((g.index, g.uuid) for g in snapshot.gpus if g.uuid),
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
+            inventory=sampled and snapshot.nvml_up,
         ))
         self._boot_id_changed = False
         self._machine = result.state
@@ -238,7 +228,8 @@ class HealthChecker:
     async def _persist(self) -> None:
         if self._store is None:
             return
-        future = asyncio.get_running_loop().run_in_executor(self._io, self._store.save, self._machine, self._expected_seen)
+        future = asyncio.get_running_loop().run_in_executor(
+            self._io, self._store.save, self._machine, self._expected_seen, self._detector_states)
         done, _ = await asyncio.wait((future,), timeout=self._timeout)
         if not done:
             future.add_done_callback(_consume)
@@ -261,6 +252,8 @@ def _log_step(result: Step) -> None:
     for index, uuid, fault in result.cleared:
         who = "node" if uuid == NODE else f"GPU {index} ({uuid})"
         log.info("%s: %s cleared", who, fault.fault)
+    for index, uuid, why in result.retired:
+        log.info("GPU %d (%s) retired: %s", index, uuid, why)
     for transition in result.transitions:
         worse = STATE_ORDER[transition.to_state] > STATE_ORDER[transition.from_state]
         log.log(logging.WARNING if worse else logging.INFO, "%s", transition.describe())

@@ -22,6 +22,12 @@ Rules (gpu-faults.md §6, §7):
   clean sample: only a new sample can say a signal is gone.
 - Findings with ``gpu_index`` -1 are node-level (NVML down, fewer GPUs than expected, the checker
   failing); they follow the same rules and make the node suspect or unhealthy by severity.
+- Records have a lifecycle. When ``inventory`` says the input's ``gpus`` are every GPU on the node
+  (a new sample with NVML up), the record of a GPU absent from it is *retired* — once it is
+  healthy with no fault held, at a new boot (boot id changed), or at once when another GPU now
+  holds its index (a board replaced under RMA: a new UUID at the same index). A retired record is
+  kept (persisted, flagged retired) but leaves the verdict, so each GPU index has exactly one
+  record in ``node_health``; a GPU that comes back, or a finding for it, brings it back.
 
 Everything here is plain data: ``step(state, input) -> Step``; time is ``input.now``.
 """
@@ -53,6 +59,7 @@ from runtimekit.healthcheck.types import (
 
 NODE = ""  # the uuid under which node-level faults and counters are kept
 NODE_INDEX = -1
+PLACEHOLDER = "unknown-gpu-"  # the reader's uuid for a GPU whose identity could not be read: holds no index
 STATE_ORDER = {HEALTHY: 0, RECOVERING: 1, SUSPECT: 2, UNHEALTHY: 3}  # worse is bigger
 
 FaultKey = tuple[str, "int | None"]  # (fault, gpu_instance_id)
@@ -65,6 +72,7 @@ class GpuRecord:
     state: str = HEALTHY
     since: float = 0.0
     faults: tuple[ActiveFault, ...] = ()
+    retired: bool = False  # the GPU left the node; kept for the record, out of the verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,7 @@ class MachineInput:
     resets: frozenset[str] = frozenset()
     boot_id_changed: bool = False
     clean_samples: int = 3
+    inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,7 @@ class Step:
     transitions: tuple[Transition, ...] = ()
     new_faults: tuple[tuple[int, str, ActiveFault], ...] = ()  # (index, uuid, fault) that became active
     cleared: tuple[tuple[int, str, ActiveFault], ...] = ()  # (index, uuid, fault) that cleared
+    retired: tuple[tuple[int, str, str], ...] = ()  # (index, uuid, why) of records retired now
 
 
 def step(state: MachineState, data: MachineInput) -> Step:
@@ -134,8 +144,8 @@ def step(state: MachineState, data: MachineInput) -> Step:
     for uuid, index in index_of.items():
         if uuid not in records:
             records[uuid] = GpuRecord(index, uuid, HEALTHY, data.now)
-        elif records[uuid].index != index:
-            records[uuid] = replace(records[uuid], index=index)
+        elif records[uuid].index != index or records[uuid].retired:
+            records[uuid] = replace(records[uuid], index=index, retired=False)
 
     transitions: list[Transition] = []
     new_faults: list[tuple[int, str, ActiveFault]] = []
@@ -161,9 +171,12 @@ def step(state: MachineState, data: MachineInput) -> Step:
         return replace(record, faults=faults)
 
     for uuid in sorted(records, key=lambda u: (records[u].index, u)):
+        if records[uuid].retired:
+            continue
         reset = data.boot_id_changed or uuid in data.resets
         records[uuid] = advance(records[uuid], by_gpu.get(uuid, []), reset)
     node = advance(state.node, node_findings, data.boot_id_changed)
+    retired = _retire(records, data, set(by_gpu)) if data.inventory else []
 
     return Step(
         MachineState(
@@ -175,7 +188,29 @@ def step(state: MachineState, data: MachineInput) -> Step:
         tuple(transitions),
         tuple(new_faults),
         tuple(cleared),
+        tuple(retired),
     )
+
+
+def _retire(records: dict[str, GpuRecord], data: MachineInput, signalled: set[str]) -> list[tuple[int, str, str]]:
+    """Retire (in ``records``) the records of GPUs absent from a full inventory; see the module docstring."""
+    present = {uuid for _, uuid in data.gpus}
+    taken = {index: uuid for index, uuid in data.gpus if not uuid.startswith(PLACEHOLDER)}
+    out = []
+    for uuid, record in records.items():
+        if record.retired or uuid in present or uuid in signalled:
+            continue
+        if data.boot_id_changed:
+            why = "absent after a reboot"
+        elif record.index in taken:
+            why = f"GPU {taken[record.index]} now holds index {record.index} (the board was replaced)"
+        elif record.state == HEALTHY and not record.faults:
+            why = "absent from the node and healthy"
+        else:
+            continue
+        records[uuid] = replace(record, retired=True, since=data.now)
+        out.append((record.index, uuid, why))
+    return out
 
 
 def _key(fault: ActiveFault) -> FaultKey:
@@ -205,6 +240,7 @@ def _merge(
         faults[key] = ActiveFault(
             fault=f.fault, severity=f.severity, action=f.action, evidence=f.evidence, clears=f.clears,
             first_seen=prior.first_seen if prior else data.now, last_seen=data.now, gpu_instance_id=f.gpu_instance_id,
+            fault_class=f.fault_class, schedulable=f.schedulable,
         )
         was = before.get(key)
         if was is None or was.severity != f.severity:
@@ -267,7 +303,7 @@ def gpu_health(record: GpuRecord) -> GpuHealth:
 
 def node_health(state: MachineState, now: float, detector_seconds: float = 0.0) -> NodeHealth:
     """The node's verdict: the worst of its GPUs' states and of the node-level faults."""
-    gpus = tuple(gpu_health(r) for r in sorted(state.gpus.values(), key=lambda r: (r.index, r.uuid)))
+    gpus = tuple(gpu_health(r) for r in sorted(state.gpus.values(), key=lambda r: (r.index, r.uuid)) if not r.retired)
     worst = max((state.node.state, *(g.state for g in gpus)), key=STATE_ORDER.__getitem__)
     return NodeHealth(
         evaluated_at=now, state=worst, action=strongest_action((_action(state.node.faults), *(g.action for g in gpus))),

@@ -6,10 +6,19 @@ node's boot id (``/proc/sys/kernel/random/boot_id`` by default — configurable,
 path); the most GPUs ever seen (lost-card detection compares against it); the transition and
 fault-event counters.
 
+The detectors' state is persisted with the verdict (``detectors``: each detector's JSON-friendly
+state by name), so windows, baselines and burst counts survive an agent restart: the ECC
+detector's judged counter baseline (a contained error is not re-judged as uncorrectable after a
+restart), the XID bursts of the last 24 h, the GPUs the node is known to have. The parts listed in
+``detectors.DURABLE`` are written as soon as they change; the rest (runs of conditions, memory
+histories, which change every sample) at most every ``DETECTOR_SAVE_SECONDS`` — after a crash
+those resume from at most that long ago, which only delays (never invents) a finding. Retired GPU
+records (``retired: true``) are kept in the file.
+
 Writes are atomic — a temporary file in the same directory, fsync, rename over the old one, fsync
 the directory — and happen only when something that matters changed (state, faults, counters,
-expected GPUs; not ``last_seen``, evidence wording or clean-sample progress, which would make it a
-write per sample). A file that cannot be parsed is logged and set aside (renamed
+expected GPUs, durable detector state; not ``last_seen``, evidence wording or clean-sample
+progress, which would make it a write per sample). A file that cannot be parsed is logged and set aside (renamed
 ``health.json.corrupt-<unix time>``), never fatal: the checker starts from nothing and the detectors
 see what is still there. On load, a boot id different from the saved one is reported as
 ``boot_id_changed`` so the machine clears what a reboot clears (and logs it).
@@ -21,12 +30,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from runtimekit.healthcheck.detectors import DURABLE
 from runtimekit.healthcheck.machine import NODE, NODE_INDEX, GpuRecord, MachineState
 from runtimekit.healthcheck.types import SEVERITIES, STATES, ActiveFault
 
@@ -35,6 +46,7 @@ log = logging.getLogger("runtimekit.health")
 SCHEMA_VERSION = 1
 FILE_NAME = "health.json"
 DEFAULT_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+DETECTOR_SAVE_SECONDS = 60.0  # the longest the non-durable detector state on disk lags behind
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,7 @@ class Loaded:
     expected_gpus: int  # the most GPUs ever seen (0: never saw one)
     boot_id: str  # the node's boot id now ("" when it cannot be read)
     boot_id_changed: bool  # the saved boot id differs from the current one: the node rebooted
+    detectors: Mapping[str, Any] = field(default_factory=dict)  # each detector's saved state by name
 
 
 class StoreFormatError(ValueError):
@@ -53,12 +66,17 @@ class HealthStore:
     """Reads and writes ``<state_dir>/health.json``."""
 
     def __init__(self, state_dir: str | Path, *, boot_id_path: str = DEFAULT_BOOT_ID_PATH,
-                 clock=time.time) -> None:
+                 clock=time.time, durable: Mapping[str, tuple[str, ...]] = DURABLE,
+                 detector_save_seconds: float = DETECTOR_SAVE_SECONDS) -> None:
         self.path = Path(state_dir) / FILE_NAME
         self._boot_id_path = boot_id_path
         self._clock = clock
+        self._durable = durable
+        self._detector_save_seconds = detector_save_seconds
         self._boot_id: str | None = None  # read by load(), or by the first save()
         self._written: Any = None  # the essential content last written (or loaded)
+        self._written_detectors: Any = None  # the detector states last written (or loaded)
+        self._written_at = float("-inf")
         self._failing = False
 
     # ---- reading -------------------------------------------------------------------------------
@@ -83,15 +101,25 @@ class HealthStore:
         try:
             doc = json.loads(text)
             state, expected, saved_boot_id = decode(doc)
+            detectors = doc.get("detectors") or {}
+            if not isinstance(detectors, dict):
+                raise StoreFormatError("detectors: not a JSON object")
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             self._set_aside(error)
             return Loaded(MachineState(), 0, boot_id, False)
-        self._written = _essential(doc)
+        self._written = self._essential(doc, detectors)
+        self._written_detectors = detectors
+        self._written_at = self._clock()
         changed = bool(saved_boot_id and boot_id and saved_boot_id != boot_id)
         if changed:
             log.info("boot id changed (%s → %s): the node rebooted; faults cleared by a reboot or a GPU reset "
                      "will clear", saved_boot_id, boot_id)
-        return Loaded(state, expected, boot_id, changed)
+        return Loaded(state, expected, boot_id, changed, detectors)
+
+    def _essential(self, doc: dict[str, Any], detectors: Mapping[str, Any]) -> Any:
+        durable = {name: {key: (state or {}).get(key) for key in self._durable.get(name, ())}
+                   for name, state in sorted(detectors.items()) if isinstance(state, Mapping)}
+        return (_essential(doc), json.dumps(durable, sort_keys=True, default=list))
 
     def _set_aside(self, error: Exception) -> None:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
@@ -104,16 +132,21 @@ class HealthStore:
                   self.path, error, where)
 
     # ---- writing -------------------------------------------------------------------------------
-    def save(self, state: MachineState, expected_gpus: int) -> bool:
-        """Write the state if something that matters changed; True when the file was written.
-
-        A failed write is logged (once, until a write succeeds again) and retried on the next call.
+    def save(self, state: MachineState, expected_gpus: int, detectors: Mapping[str, Any] | None = None) -> bool:
+        """Write the state (and the detectors' states) if something that matters changed, or the
+        detectors' states changed and the last write is ``detector_save_seconds`` old; True when
+        the file was written. A failed write is logged (once, until a write succeeds again) and
+        retried on the next call.
         """
         if self._boot_id is None:
             self._boot_id = self.read_boot_id()
-        doc = encode(state, expected_gpus, self._boot_id, saved_at=self._clock())
-        essential = _essential(doc)
-        if essential == self._written:
+        now = self._clock()
+        detectors = dict(detectors or {})
+        doc = encode(state, expected_gpus, self._boot_id, saved_at=now, detectors=detectors)
+        essential = self._essential(doc, detectors)
+        if essential == self._written and (
+            now - self._written_at < self._detector_save_seconds or detectors == self._written_detectors
+        ):
             return False
         try:
             write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
@@ -126,6 +159,8 @@ class HealthStore:
             log.info("health state written to %s again", self.path)
         self._failing = False
         self._written = essential
+        self._written_detectors = detectors
+        self._written_at = now
         return True
 
 
@@ -156,7 +191,8 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 # ---- the file format -------------------------------------------------------------------------------
 
-def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: float) -> dict[str, Any]:
+def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: float,
+           detectors: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "version": SCHEMA_VERSION,
         "saved_at": saved_at,
@@ -170,12 +206,13 @@ def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: f
         "fault_events_total": [
             {"uuid": u, "fault": f, "severity": s, "count": n} for (u, f, s), n in sorted(state.fault_events_total.items())
         ],
+        "detectors": dict(detectors or {}),
     }
 
 
 def _record(record: GpuRecord) -> dict[str, Any]:
     return {"index": record.index, "uuid": record.uuid, "state": record.state, "since": record.since,
-            "faults": [asdict(f) for f in record.faults]}
+            "retired": record.retired, "faults": [asdict(f) for f in record.faults]}
 
 
 _VOLATILE = ("last_seen", "evidence", "clean_samples")
@@ -184,7 +221,7 @@ _VOLATILE = ("last_seen", "evidence", "clean_samples")
 def _essential(doc: dict[str, Any]) -> Any:
     """What must be on disk: the document less saved_at and the per-sample fields of faults."""
     def record(r: dict[str, Any]) -> Any:
-        return (r["index"], r["uuid"], r["state"], r["since"],
+        return (r["index"], r["uuid"], r["state"], r["since"], r.get("retired", False),
                 [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]])
     return (doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]], record(doc["node"]),
             doc["transitions_total"], doc["fault_events_total"])
@@ -225,9 +262,15 @@ def _decode_record(item: dict[str, Any]) -> GpuRecord:
             last_seen=float(f["last_seen"]),
             gpu_instance_id=None if f.get("gpu_instance_id") is None else int(f["gpu_instance_id"]),
             clean_samples=int(f.get("clean_samples", 0)),
+            fault_class=str(f.get("fault_class", "")),
+            schedulable=None if f.get("schedulable") is None else bool(f["schedulable"]),
         )
         faults.append(fault)
-    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]), tuple(faults))
+    retired = item.get("retired", False)
+    if not isinstance(retired, bool):
+        raise StoreFormatError(f"retired: not true or false: {retired!r}")
+    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]),
+                     tuple(faults), retired)
 
 
 def _state(value: Any) -> str:

@@ -66,9 +66,13 @@ def _mode(v: Any) -> str | None:
 SCHEMA: dict[str, dict[str, Check]] = {
     "machine": {"clean_samples": _int(1)},
     "lost_card": {},
-    "ecc": {"retired_pages_limit": _int(1, 64), "remapped_rows_uncorrectable_limit": _int(1)},
+    "ecc": {
+        "retired_pages_limit": _int(1, 64),
+        "remapped_rows_uncorrectable_limit": _int(1),
+        "contained_xid_window_seconds": _number(0, strict=True),
+    },
     "driver": {
-        "error_samples": _int(1),
+        "error_seconds": _number(0),
         "app_xid_burst_seconds": _number(0, strict=True),
         "app_xid_bursts": _int(1),
         "app_xid_window_seconds": _number(0, strict=True),
@@ -76,37 +80,36 @@ SCHEMA: dict[str, dict[str, Check]] = {
     },
     "memory_leak": {
         "orphan_used_bytes": _int(0),
-        "orphan_samples": _int(1),
+        "orphan_seconds": _number(0),
         "require_visible_processes": _bool,
         "ghost_utilization": _number(0, 1, strict=True),
-        "ghost_samples": _int(1),
+        "ghost_seconds": _number(0),
         "leak_bytes_per_second": _number(0, strict=True),
         "leak_window_seconds": _number(0, strict=True),
     },
     "nvlink": {
         "expected_active_links": _optional(_int(0)),
-        "crc_per_second_critical": _number(0, strict=True),
-        "crc_per_second_warning": _number(0, strict=True),
-        "replay_increase": _int(1),
+        "error_per_second_critical": _number(0, strict=True),
+        "error_per_second_warning": _number(0, strict=True),
         "recovery_increase": _int(1),
     },
     "compute_mode": {"expected": _optional(_mode)},
     "thermal_power": {
-        "thermal_samples": _int(1),
-        "thermal_critical_samples": _int(1),
-        "power_brake_samples": _int(1),
+        "thermal_seconds": _number(0),
+        "thermal_critical_seconds": _number(0),
+        "power_brake_seconds": _number(0),
     },
-    "pcie": {"load_utilization": _number(0, 1), "judge_in_p0": _bool, "degraded_samples": _int(1)},
+    "pcie": {"load_utilization": _number(0, 1), "judge_in_p0": _bool, "degraded_seconds": _number(0)},
 }
 
 
 def _cross_checks(values: Mapping[str, Mapping[str, Any]]) -> None:
     nv = values["nvlink"]
-    if nv["crc_per_second_warning"] > nv["crc_per_second_critical"]:
-        raise ThresholdError("nvlink.crc_per_second_warning must not exceed nvlink.crc_per_second_critical")
+    if nv["error_per_second_warning"] > nv["error_per_second_critical"]:
+        raise ThresholdError("nvlink.error_per_second_warning must not exceed nvlink.error_per_second_critical")
     tp = values["thermal_power"]
-    if tp["thermal_critical_samples"] < tp["thermal_samples"]:
-        raise ThresholdError("thermal_power.thermal_critical_samples must be >= thermal_power.thermal_samples")
+    if tp["thermal_critical_seconds"] < tp["thermal_seconds"]:
+        raise ThresholdError("thermal_power.thermal_critical_seconds must be >= thermal_power.thermal_seconds")
     dr = values["driver"]
     if dr["app_xid_burst_seconds"] >= dr["app_xid_window_seconds"]:
         raise ThresholdError("driver.app_xid_burst_seconds must be shorter than driver.app_xid_window_seconds")

@@ -9,36 +9,33 @@ hysteresis, and remembers what must survive a restart.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
-
-# Severity of a fault: what it does to the GPU's health.
-INFO = "info"  # recorded and exported, health unchanged
-WARNING = "warning"  # the GPU is suspect: usable, but watch it (or fix it when idle)
-CRITICAL = "critical"  # the GPU is unhealthy: place no new work on it
-SEVERITIES = (INFO, WARNING, CRITICAL)
-
-# The action ladder, mildest first (gpu-faults.md §6): what an operator or automation should do.
-NONE = "none"
-RESTART_APPLICATION = "restart_application"
-DRAIN_AND_RESET_GPU = "drain_and_reset_gpu"
-REBOOT_NODE = "reboot_node"
-REPLACE_NODE = "replace_node"
-ACTIONS = (NONE, RESTART_APPLICATION, DRAIN_AND_RESET_GPU, REBOOT_NODE, REPLACE_NODE)
-
-# How a fault clears once its signal is gone.
-CLEARS_WHEN_CLEAN = "clean_samples"  # after N samples without the signal (recoverable classes)
-CLEARS_ON_RESET = "gpu_reset"  # only once a GPU reset (or a reboot) is observed: sticky
-CLEARS_ON_REBOOT = "node_reboot"  # only once the node's boot id changed: sticky
-
-# Health states of a GPU (and of the node, as the worst of its GPUs).
-HEALTHY = "healthy"
-SUSPECT = "suspect"
-UNHEALTHY = "unhealthy"
-RECOVERING = "recovering"
-STATES = (HEALTHY, SUSPECT, UNHEALTHY, RECOVERING)
+from runtimekit.state.health import (  # noqa: F401 - re-exported: the detectors' vocabulary
+    ACTIONS,
+    CLEARS_ON_REBOOT,
+    CLEARS_ON_RESET,
+    CLEARS_WHEN_CLEAN,
+    CRITICAL,
+    DRAIN_AND_RESET_GPU,
+    HEALTHY,
+    INFO,
+    NONE,
+    REBOOT_NODE,
+    RECOVERING,
+    REPLACE_NODE,
+    RESTART_APPLICATION,
+    SEVERITIES,
+    STATES,
+    SUSPECT,
+    UNHEALTHY,
+    WARNING,
+    ActiveFault,
+    GpuHealth,
+    NodeHealth,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +45,9 @@ class Finding:
     ``fault`` is a stable snake_case class name (``ecc_uncorrectable``, ``nvlink_down``, …);
     ``evidence`` says what was seen, in words and numbers an operator can check; ``clears`` is
     one of the CLEARS_* rules. ``gpu_instance_id`` narrows it to a MIG instance when the fault is
-    attributable to one.
+    attributable to one. Severity, action, clears, ``fault_class`` and ``schedulable`` come from the
+    fault policy (``healthcheck/policy.yaml``, through ``policy.finding``); detectors never choose
+    them.
     """
 
     gpu_index: int
@@ -59,6 +58,8 @@ class Finding:
     evidence: str
     clears: str
     gpu_instance_id: int | None = None
+    fault_class: str = ""
+    schedulable: bool | None = None  # None: derived from the severity (critical: not schedulable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,50 +91,3 @@ class Detector(Protocol):
     def __call__(self, state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveFault:
-    """A fault the state machine holds for a GPU (persisted for sticky ones)."""
-
-    fault: str
-    severity: str
-    action: str
-    evidence: str
-    clears: str
-    first_seen: float
-    last_seen: float
-    gpu_instance_id: int | None = None
-    clean_samples: int = 0  # consecutive sampled evaluations without the signal (CLEARS_WHEN_CLEAN)
-
-    @property
-    def current(self) -> bool:
-        """The signal is there now (or the fault is sticky): the fault sets the GPU's state."""
-        return self.clean_samples == 0 or self.clears != CLEARS_WHEN_CLEAN
-
-
-@dataclass(frozen=True, slots=True)
-class GpuHealth:
-    index: int
-    uuid: str
-    state: str
-    faults: tuple[ActiveFault, ...] = ()
-    since: float = 0.0  # when the GPU entered ``state``
-    action: str = NONE  # the strongest action of its active faults
-
-    @property
-    def schedulable(self) -> bool:
-        """Whether new work may be placed on the GPU (the device plugin and slicer read this)."""
-        return self.state in (HEALTHY, SUSPECT, RECOVERING)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeHealth:
-    """The node's verdict: the worst GPU state, and per GPU health."""
-
-    evaluated_at: float
-    state: str
-    action: str
-    gpus: tuple[GpuHealth, ...] = ()
-    transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, from, to)
-    fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, fault, severity)
-    detector_seconds: float = 0.0  # CPU the last evaluation took
-    faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)

@@ -9,27 +9,36 @@ would suggest an order (is "recovering" better or worse than "suspect"?) that co
 Active faults are a 0/1 gauge present only while the fault is held (a cleared fault leaves the
 exposition); fault events and state transitions are counters — "how often", never a last value
 (gpu-faults.md §7.6). Counters are kept by the health store, so they survive agent restarts.
-Node-level faults (NVML down, fewer GPUs than expected, the checker failing) have their own
-families without GPU labels. Everything is absent until the checker's first evaluation.
+Node-level faults (NVML down, fewer GPUs than expected, the checker failing: ``health_check_failed``)
+have their own families without GPU labels. Active faults carry the fault policy's ``action`` and
+``class`` labels, on which the alert rules route. Retired GPUs (replaced or gone for good) are not
+in the verdict, so each GPU index has one ``runtimekit_gpu_health`` series set. Everything is
+absent until the checker's first evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+from runtimekit.state import NodeView
+from runtimekit.state.health import ActiveFault
 
 # healthcheck.types.STATES; spelled out because the exporter never imports healthcheck (they meet
 # in NodeState), and the exposition's series order must not depend on another room's tuple.
 STATES: tuple[str, ...] = ("healthy", "suspect", "unhealthy", "recovering")
 FAULT_LABELS = (*GPU_LABELS, "fault", "severity")
+# The active-fault gauges also carry the fault policy's action and class (healthcheck/policy.yaml):
+# alert rules route on them (action="replace_node", class="power", ...) instead of copying the policy.
+ACTIVE_LABELS = (*FAULT_LABELS, "action", "class")
+NODE_ACTIVE_LABELS = ("fault", "severity", "action", "class")
 
 
 class HealthCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
-        health = self._state.health
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        health = view.health
         if health is None:
             return
         gpu_state = gauge(
@@ -39,8 +48,9 @@ class HealthCollector(CardCollector):
         )
         active = gauge(
             "runtimekit_gpu_fault_active",
-            "1 while the health checker holds the fault on the GPU (absent once cleared).",
-            labels=FAULT_LABELS,
+            "1 while the health checker holds the fault on the GPU (absent once cleared); action and class "
+            "are the fault policy's.",
+            labels=ACTIVE_LABELS,
         )
         events = counter(
             "runtimekit_gpu_fault_events_total",
@@ -59,8 +69,9 @@ class HealthCollector(CardCollector):
         )
         node_active = gauge(
             "runtimekit_node_fault_active",
-            "1 while the health checker holds the node-level fault (NVML down, GPUs missing, checker failing).",
-            labels=("fault", "severity"),
+            "1 while the health checker holds the node-level fault (NVML down, GPUs missing, checker failing: "
+            "health_check_failed); action and class are the fault policy's.",
+            labels=NODE_ACTIVE_LABELS,
         )
         node_events = counter(
             "runtimekit_node_fault_events_total",
@@ -78,12 +89,12 @@ class HealthCollector(CardCollector):
             index_of[gpu.uuid] = labels[0]
             for state in STATES:
                 gpu_state.add_metric([*labels, state], 1.0 if state == gpu.state else 0.0)
-            for fault in _unique(gpu.faults):
-                active.add_metric([*labels, fault.fault, fault.severity], 1.0)
+            for held in _unique(gpu.faults):
+                active.add_metric([*labels, *_policy_labels(held)], 1.0)
         for state in STATES:
             node.add_metric([state], 1.0 if state == health.state else 0.0)
-        for fault in _unique(health.faults):
-            node_active.add_metric([fault.fault, fault.severity], 1.0)
+        for held in _unique(health.faults):
+            node_active.add_metric(_policy_labels(held), 1.0)
         for (uuid, fault, severity), count in sorted(health.fault_events_total.items()):
             if not uuid:
                 node_events.add_metric([fault, severity], float(count))
@@ -96,11 +107,16 @@ class HealthCollector(CardCollector):
         yield from nonempty(gpu_state, active, events, transitions, node, node_active, node_events, seconds)
 
 
-def _unique(faults):
-    """One series per (fault, severity): faults held per MIG instance are one fault on the GPU."""
+def _policy_labels(fault: ActiveFault) -> list[str]:
+    """fault, severity, action, class ("" for a fault recorded before the policy carried classes)."""
+    return [fault.fault, fault.severity, fault.action, fault.fault_class]
+
+
+def _unique(faults: Iterable[ActiveFault]) -> Iterator[ActiveFault]:
+    """One series per label set: faults held per MIG instance are one fault on the GPU."""
     seen = set()
     for fault in faults:
-        key = (fault.fault, fault.severity)
+        key = tuple(_policy_labels(fault))
         if key not in seen:
             seen.add(key)
             yield fault

@@ -7,10 +7,11 @@ Fault names by detector (details, severities and actions in each module's docstr
 lost_card (gpu_lost, gpu_missing, gpu_count_low), ecc (ecc_uncorrectable, ecc_contained,
 ecc_uncontained, row_remap_pending, row_remap_failure, remapped_rows_exhausted,
 retired_pages_pending, retired_pages_limit), memory_leak (memory_orphaned, gpu_ghost_busy,
-process_memory_growth), driver (nvml_down, nvml_errors, xid_<code>, xid_<code>_repeated), nvlink
-(nvlink_down, nvlink_replay_errors, nvlink_recovery_errors, nvlink_crc_errors), compute_mode
-(compute_mode_prohibited, compute_mode_drift), thermal_power (thermal_slowdown, power_brake),
-pcie (pcie_width_degraded, pcie_generation_degraded).
+process_memory_growth), driver (nvml_down, nvml_errors, xid_<code>, xid_<code>_repeated,
+recovery_<action>), nvlink (nvlink_down, nvlink_recovery_errors, nvlink_errors,
+nvlink_error_storm), compute_mode (compute_mode_prohibited, compute_mode_drift), thermal_power
+(thermal_slowdown, thermal_slowdown_sustained, power_brake), pcie (pcie_width_degraded,
+pcie_generation_degraded). Severity, action, class and clearing of each: ``healthcheck/policy.yaml``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ from .memory_leak import memory_leak
 from .nvlink import nvlink
 from .pcie import pcie
 from .thermal_power import thermal_power
+
+# The parts of detector states the store writes as soon as they change (the rest at most every
+# store.DETECTOR_SAVE_SECONDS): what a restart must not forget even for a moment.
+DURABLE: dict[str, tuple[str, ...]] = {
+    "lost_card": ("known",),  # the GPUs the node is known to have (by UUID, index and bus id)
+    "driver": ("bursts",),  # application-XID bursts of the last app_xid_window_seconds
+    "ecc": ("base", "pending", "explained"),  # the judged uncorrected-ECC baseline (contained errors)
+}
 
 DETECTORS: tuple[Detector, ...] = (
     lost_card, driver, ecc, nvlink, memory_leak, thermal_power, pcie, compute_mode,  # type: ignore[assignment]
@@ -54,4 +63,4 @@ def run_detectors(states: Mapping[str, Any], data: DetectorInput) -> tuple[dict[
     return new_states, findings
 
 
-__all__ = ["DETECTORS", "run_detectors"]
+__all__ = ["DETECTORS", "DURABLE", "run_detectors"]

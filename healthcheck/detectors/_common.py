@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.types import ACTIONS, SEVERITIES, Finding
 
 CLEARS_ORDER = ("clean_samples", "gpu_reset", "node_reboot")
+MIN_READINGS = 2  # readings that confirm a condition before a duration threshold may fire
 
 
 def available(*values: Any) -> bool:
@@ -35,9 +37,28 @@ def mib(n: float) -> str:
     return f"{n / 1024**2:.0f} MiB"
 
 
-def finding(gpu: GpuSnapshot, fault: str, severity: str, action: str, evidence: str, clears: str,
-            gpu_instance_id: int | None = None) -> Finding:
-    return Finding(gpu.index, gpu.uuid, fault, severity, action, evidence, clears, gpu_instance_id)
+def finding(gpu: GpuSnapshot, fault: str, evidence: str, gpu_instance_id: int | None = None) -> Finding:
+    """A finding of ``fault`` on ``gpu``, with the fault policy's severity, action, class and clearing."""
+    return default_policy().finding(gpu.index, gpu.uuid, fault, evidence, gpu_instance_id)
+
+
+def held_for(run: Any, now: float, seconds: float) -> bool:
+    """True when a condition run ``[first seen, readings]`` has lasted ``seconds`` (sample times,
+    not counts: the same threshold means the same at any sampling interval) and was confirmed by
+    at least ``MIN_READINGS`` readings, so one odd reading never raises a fault."""
+    return bool(run) and int(run[1]) >= MIN_READINGS and now - float(run[0]) >= seconds
+
+
+def extend_run(run: Any, condition: bool | None, at: float, new_sample: bool) -> list[float] | None:
+    """The condition run ``[first seen, readings]`` after one reading: None when the condition is
+    false; unchanged when it is unreadable (None) or the sample was already counted."""
+    if condition is None:
+        return list(run) if run else None
+    if not condition:
+        return None
+    if run:
+        return [float(run[0]), int(run[1]) + (1 if new_sample else 0)]
+    return [at, 1]
 
 
 def merge(findings: Iterable[Finding]) -> list[Finding]:
@@ -58,6 +79,9 @@ def merge(findings: Iterable[Finding]) -> list[Finding]:
             evidence,
             max(old.clears, f.clears, key=CLEARS_ORDER.index),
             f.gpu_instance_id,
+            old.fault_class or f.fault_class,
+            None if old.schedulable is None and f.schedulable is None
+            else bool(old.schedulable is not False and f.schedulable is not False),
         )
     return list(merged.values())
 

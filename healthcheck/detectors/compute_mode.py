@@ -1,6 +1,6 @@
 """Compute mode: configuration drift, not hardware (gpu-faults.md §2.3, §6 "Compute-mode drift").
 
-Faults (severity, action, clears):
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 - ``compute_mode_prohibited`` (critical, none, clean_samples): the GPU is in PROHIBITED mode — no
   context can be created, the GPU is unusable whatever the policy says.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, CRITICAL, NONE, WARNING, DetectorInput, Finding
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
 from ._common import available, finding, readable_gpus
 
@@ -36,16 +36,14 @@ def compute_mode(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
         restore = f"nvidia-smi -i {gpu.index} -c {NVIDIA_SMI.get(expected or 'default', 'DEFAULT')}"
         if mode == "prohibited":
             findings.append(finding(
-                gpu, "compute_mode_prohibited", CRITICAL, NONE,
+                gpu, "compute_mode_prohibited",
                 f"compute mode is prohibited: no CUDA context can be created (policy: {expected or 'not set'}); "
                 f"restore it with {restore}",
-                CLEARS_WHEN_CLEAN,
             ))
         elif expected is not None and mode != expected:
             findings.append(finding(
-                gpu, "compute_mode_drift", WARNING, NONE,
+                gpu, "compute_mode_drift",
                 f"compute mode is {mode}, the node's policy is {expected}; restore it with {restore}",
-                CLEARS_WHEN_CLEAN,
             ))
     return None, findings
 

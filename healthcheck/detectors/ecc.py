@@ -1,51 +1,52 @@
 """ECC, row remapping and page retirement (gpu-faults.md §2.2, §6).
 
-Faults (severity, action, clears):
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
-- ``ecc_uncorrectable`` (critical, drain_and_reset_gpu, gpu_reset): the volatile uncorrectable
-  count is above 0, or XID 48. The volatile count is zeroed by every driver load and GPU reset, so
-  "above 0" means exactly "an uncorrectable error since the last reset" — the condition the reset
-  cures; a drop between samples is that reset, never a fault. Evidence gives the change since the
-  previous sample ("0 → 2") when there was one.
-- ``row_remap_pending`` (warning, drain_and_reset_gpu, gpu_reset): the remapper has a remap waiting
-  for a reset (or XID 63 on a GPU with row remapping): running work is unaffected, reset at the
-  next idle moment. Disappears when the flag clears after the reset.
-- ``row_remap_failure`` (critical, replace_node, node_reboot): the remapper's failure flag is set
-  — a remap failed at some point (§6: cordon, reset, field diagnostics to confirm, then RMA). XID
-  64 alone follows the catalog (critical, drain_and_reset_gpu, gpu_reset). Sticky, because the
-  flag is unreadable while MIG instances exist and must not "clear" then.
-- ``remapped_rows_exhausted`` (warning, replace_node, node_reboot): uncorrectable remapped rows at
-  the remapper's capacity (``remapped_rows_uncorrectable_limit``): the next error cannot be fixed.
-- ``retired_pages_pending`` (warning, drain_and_reset_gpu, gpu_reset): pre-Ampere retirement
-  waiting for a reset (or XID 63 on a GPU without row remapping).
-- ``retired_pages_limit`` (critical, replace_node, node_reboot): single- plus double-bit retired
-  pages at ``retired_pages_limit``.
-- ``ecc_contained`` (XID 94: warning, restart_application, clean_samples) and ``ecc_uncontained``
-  (XID 95/140: critical, drain_and_reset_gpu, gpu_reset) — as the XID catalog says.
+- ``ecc_contained`` (warning, drain_and_reset_gpu, gpu_reset, schedulable): XID 94 — a contained
+  uncorrectable error, only the faulting application died. The uncorrected ECC counters move with
+  it and a row remap usually goes pending: that is the same event, not an escalation.
+- ``ecc_uncorrectable`` (critical, drain_and_reset_gpu, gpu_reset): XID 48, or a jump of the
+  uncorrected ECC counter (volatile; aggregate where volatile is unreadable) that no XID explains:
+  no XID 94 (nor 48, 95, 140) for the GPU within ``contained_xid_window_seconds`` of the jump,
+  before or after it. The XID comes from the event thread, the counters from the sampler, so a
+  jump seen first waits up to the window for its XID before it is judged; a counter that went
+  down was a reset (the baseline follows it), never a fault. The first reading of a GPU is judged
+  from 0 (nothing explained errors counted before the agent knew the GPU); the baseline is part
+  of the detector state the store persists, so an agent restart does not re-judge a contained
+  error.
+- ``ecc_uncontained`` (critical): XID 95 or 140.
+- ``row_remap_pending`` (warning, drain_and_reset_gpu, gpu_reset, schedulable): the remapper has a
+  remap waiting for a reset (or XID 63 on a GPU with row remapping). It follows XID 94 and stays
+  the same warning.
+- ``row_remap_failure`` (critical, replace_node, node_reboot): the remapper's failure flag — a
+  remap failed (§6: cordon, reset, field diagnostics, RMA). Sticky, because the flag is
+  unreadable while MIG instances exist. XID 64 alone is the driver's ``xid_64``.
+- ``remapped_rows_exhausted`` (warning, replace_node): uncorrectable remapped rows at
+  ``remapped_rows_uncorrectable_limit``: the next error cannot be fixed.
+- ``retired_pages_pending`` (warning): pre-Ampere retirement waiting for a reset (or XID 63 on a
+  GPU without row remapping); ``retired_pages_limit`` (critical, replace_node): retired pages at
+  ``retired_pages_limit``.
 
 Correctable (single-bit) counts are trend data for the exporter, not a fault (§6: Info).
+
+State (JSON-friendly, persisted by the store): ``base`` {uuid: [counter, value]} the last judged
+uncorrected count; ``pending`` {uuid: [since, from, to, counter]} a jump waiting for its XID;
+``explained`` {uuid: [received_at, ...]} recent XIDs that explain a jump.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from runtimekit.gpu.types import GpuSnapshot
+from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import (
-    CLEARS_ON_REBOOT,
-    CLEARS_ON_RESET,
-    CRITICAL,
-    DRAIN_AND_RESET_GPU,
-    REPLACE_NODE,
-    WARNING,
-    DetectorInput,
-    Finding,
-)
-from runtimekit.healthcheck.xid_catalog import default_catalog
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
+from ._common import available, clock, finding, merge, readable_gpus
 
 NAME = "ecc"
+EXPLAINS = ("ecc_contained", "ecc_uncorrectable", "ecc_uncontained")  # faults whose XIDs explain a jump
 
 
 def _retires_pages(gpu: Any) -> bool:
@@ -55,24 +56,78 @@ def _retires_pages(gpu: Any) -> bool:
     return not has_rows and pages is not None and available(pages.pending)
 
 
+def _uncorrected(gpu: GpuSnapshot) -> tuple[str, int] | None:
+    """(counter name, uncorrected count): volatile where readable, else aggregate; None if neither."""
+    if gpu.ecc is None:
+        return None
+    for name in ("uncorrected_volatile", "uncorrected_aggregate"):
+        value = getattr(gpu.ecc, name)
+        if available(value):
+            return name, int(value)
+    return None
+
+
+def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSnapshot],
+              window: float) -> tuple[dict[str, Any], list[Finding]]:
+    """Judge uncorrected-counter jumps against the XIDs that explain them."""
+    base = {u: list(v) for u, v in (state.get("base") or {}).items()}
+    pending = {u: list(v) for u, v in (state.get("pending") or {}).items()}
+    explained = {u: [float(t) for t in ts] for u, ts in (state.get("explained") or {}).items()}
+    policy = default_policy()
+    for event in data.xids:
+        if policy.xid(event.xid).fault in EXPLAINS:
+            explained.setdefault(event.uuid, []).append(event.received_at)
+
+    def explains(uuid: str, at: float) -> bool:
+        return any(abs(t - at) <= window for t in explained.get(uuid, ()))
+
+    for uuid, gpu in gpus.items():
+        reading = _uncorrected(gpu)
+        if reading is None:
+            continue
+        counter, value = reading
+        known = base.get(uuid)
+        was = int(known[1]) if known and known[0] == counter else 0
+        if value < was:  # a reset (or a driver reload) zeroed the volatile count
+            base[uuid] = [counter, value]
+            pending.pop(uuid, None)
+        elif value > was:
+            held = pending.get(uuid)
+            if held is None:
+                pending[uuid] = [gpu.sampled_at, was, value, counter]
+            else:
+                held[2] = value
+        elif known is None:
+            base[uuid] = [counter, value]
+
+    findings = []
+    for uuid, (since, was, value, counter) in list(pending.items()):
+        if explains(uuid, since):
+            base[uuid] = [counter, value]
+            del pending[uuid]
+        elif data.now - since >= window:
+            judged = gpus.get(uuid)
+            if judged is not None:
+                findings.append(finding(
+                    judged, "ecc_uncorrectable",
+                    f"uncorrected ECC errors ({counter.replace('_', ' ')}) {int(was)} → {int(value)} at "
+                    f"{clock(since)} with no contained-error XID 94 (nor XID 48/95/140) within {window:g} s",
+                ))
+            base[uuid] = [counter, value]
+            del pending[uuid]
+    horizon = data.now - window
+    explained = {u: kept for u, ts in explained.items() if (kept := [t for t in ts if t >= horizon])}
+    return {"base": base, "pending": pending, "explained": explained}, findings
+
+
 def ecc(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     config = for_detector(NAME, data.config)
-    catalog = default_catalog()
-    findings: list[Finding] = []
+    policy = default_policy()
+    state = state or {}
     gpus = {g.uuid: g for g in readable_gpus(data.snapshot)}
-    before = previous_by_uuid(data.previous)
+    new_state, findings = _counters(state, data, gpus, config["contained_xid_window_seconds"])
 
     for gpu in gpus.values():
-        old = before.get(gpu.uuid)
-        if gpu.ecc is not None and available(gpu.ecc.uncorrected_volatile) and gpu.ecc.uncorrected_volatile > 0:
-            now = gpu.ecc.uncorrected_volatile
-            was = old.ecc.uncorrected_volatile if old is not None and old.ecc is not None else None
-            if available(was) and was is not None and was < now:
-                evidence = f"volatile uncorrectable ECC {was} → {now} since the last sample at {clock(old.sampled_at)}"
-            else:
-                evidence = f"volatile uncorrectable ECC count is {now} (errors since the driver loaded or the GPU was last reset)"
-            findings.append(finding(gpu, "ecc_uncorrectable", CRITICAL, DRAIN_AND_RESET_GPU, evidence, CLEARS_ON_RESET))
-
         rows = gpu.remapped_rows
         if rows is not None:
             counts = ""
@@ -80,57 +135,52 @@ def ecc(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 counts = f" ({rows.uncorrectable} uncorrectable and {rows.correctable} correctable rows remapped)"
             if available(rows.pending) and rows.pending:
                 findings.append(finding(
-                    gpu, "row_remap_pending", WARNING, DRAIN_AND_RESET_GPU,
+                    gpu, "row_remap_pending",
                     f"a row remap is pending{counts}; reset the GPU at the next idle moment to apply it",
-                    CLEARS_ON_RESET,
                 ))
             if available(rows.failure) and rows.failure:
                 findings.append(finding(
-                    gpu, "row_remap_failure", CRITICAL, REPLACE_NODE,
+                    gpu, "row_remap_failure",
                     f"the row remapper reports a failed remap{counts}; reset the GPU and run field "
                     "diagnostics to confirm, then RMA",
-                    CLEARS_ON_REBOOT,
                 ))
             limit = config["remapped_rows_uncorrectable_limit"]
             if available(rows.uncorrectable) and rows.uncorrectable >= limit:
                 findings.append(finding(
-                    gpu, "remapped_rows_exhausted", WARNING, REPLACE_NODE,
+                    gpu, "remapped_rows_exhausted",
                     f"{rows.uncorrectable} uncorrectable rows remapped (limit {limit}): the remapper has no spare rows left",
-                    CLEARS_ON_REBOOT,
                 ))
 
         pages = gpu.retired_pages
         if pages is not None:
             if available(pages.pending) and pages.pending:
                 findings.append(finding(
-                    gpu, "retired_pages_pending", WARNING, DRAIN_AND_RESET_GPU,
+                    gpu, "retired_pages_pending",
                     "a page retirement is pending; reset the GPU at the next idle moment to apply it",
-                    CLEARS_ON_RESET,
                 ))
             if available(pages.single_bit_ecc, pages.double_bit_ecc):
                 total = pages.single_bit_ecc + pages.double_bit_ecc
                 limit = config["retired_pages_limit"]
                 if total >= limit:
                     findings.append(finding(
-                        gpu, "retired_pages_limit", CRITICAL, REPLACE_NODE,
+                        gpu, "retired_pages_limit",
                         f"{total} pages retired ({pages.single_bit_ecc} single-bit, {pages.double_bit_ecc} "
                         f"double-bit; limit {limit} of the 64 the GPU can retire)",
-                        CLEARS_ON_REBOOT,
                     ))
 
     for event in data.xids:
-        entry = catalog.get(event.xid)
+        entry = policy.xid(event.xid)
         if entry.detector != NAME:
             continue
         fault = entry.fault
-        gpu = gpus.get(event.uuid)
-        if fault == "row_remap_pending" and gpu is not None and _retires_pages(gpu):
+        target = gpus.get(event.uuid)
+        if fault == "row_remap_pending" and target is not None and _retires_pages(target):
             fault = "retired_pages_pending"  # XID 63 on a pre-Ampere GPU: a page retirement
-        findings.append(Finding(
-            event.gpu_index, event.uuid, fault, entry.severity, entry.action,
-            f"XID {event.xid} ({entry.meaning}) at {clock(event.received_at)}", entry.clears, event.gpu_instance_id,
+        findings.append(policy.finding(
+            event.gpu_index, event.uuid, fault, f"XID {event.xid} ({entry.meaning}) at {clock(event.received_at)}",
+            event.gpu_instance_id,
         ))
-    return None, merge(findings)
+    return new_state, merge(findings)
 
 
 ecc.name = NAME  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """Lost card: a GPU that fell off the bus, answers GPU_IS_LOST, or vanished from the node.
 
-Signals (gpu-faults.md §2.3, §6 "GPU lost"), all critical, ``reboot_node`` (the catalog's
-RESTART_BM for XID 79: a reset is impossible, the device is unreachable), sticky until a reboot:
+Signals (gpu-faults.md §2.3, §6 "GPU lost"); severity, action and clearing are the fault policy's
+(``healthcheck/policy.yaml``: critical, ``reboot_node``, sticky until a reboot):
 
 - ``gpu_lost``: the snapshot marks the GPU lost (NVML answered GPU_IS_LOST on some call), or
   XID 79 arrived for it.
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtimekit.healthcheck.types import CLEARS_ON_REBOOT, CRITICAL, REBOOT_NODE, DetectorInput, Finding
-from runtimekit.healthcheck.xid_catalog import default_catalog
+from runtimekit.healthcheck.policy import default_policy
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
 from ._common import available, clock, merge
 
@@ -43,7 +43,7 @@ def lost_card(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     snapshot = data.snapshot
     if snapshot is None or not snapshot.nvml_up:
         return {"known": known}, []
-    catalog = default_catalog()
+    policy = default_policy()
     findings: list[Finding] = []
     if data.previous is not None and data.previous.nvml_up:  # what the previous sample saw is known too
         for gpu in data.previous.gpus:
@@ -51,7 +51,7 @@ def lost_card(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 known.setdefault(gpu.uuid, [gpu.index, _bus(gpu)])
 
     def node_finding(index: int, uuid: str, fault: str, evidence: str) -> Finding:
-        return Finding(index, uuid, fault, CRITICAL, REBOOT_NODE, evidence, CLEARS_ON_REBOOT)
+        return policy.finding(index, uuid, fault, evidence)
 
     by_index = {v[0]: k for k, v in known.items()}
     for gpu in snapshot.gpus:
@@ -67,12 +67,11 @@ def lost_card(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
             ))
 
     for event in data.xids:
-        entry = catalog.get(event.xid)
+        entry = policy.xid(event.xid)
         if entry.detector != NAME:
             continue
-        findings.append(Finding(
-            event.gpu_index, event.uuid, entry.fault, entry.severity, entry.action,
-            f"XID {event.xid} ({entry.meaning}) at {clock(event.received_at)}", entry.clears,
+        findings.append(policy.finding(
+            event.gpu_index, event.uuid, entry.fault, f"XID {event.xid} ({entry.meaning}) at {clock(event.received_at)}",
         ))
 
     current = {g.uuid for g in snapshot.gpus}

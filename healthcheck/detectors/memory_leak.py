@@ -1,19 +1,30 @@
 """Memory leaks, orphaned memory and ghost GPUs (gpu-faults.md §2.3 "Memory leak / orphans", §7.10).
 
-Faults (severity, action, clears):
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 - ``memory_orphaned`` (warning, drain_and_reset_gpu, clean_samples): memory no process accounts
   for — ``memory.used`` with no process on the GPU, or ``used`` minus the processes' sum (only when
-  every process's usage is readable) — at or above ``orphan_used_bytes`` for ``orphan_samples``
-  samples in a row: a leaked or orphaned context; reset the GPU when idle. ``used`` (v2) excludes
-  the driver's reserved memory, so the baseline is small.
+  every process's usage is readable) — at or above ``orphan_used_bytes`` without a break for
+  ``orphan_seconds``: a leaked or orphaned context; reset the GPU when idle. ``used`` (v2)
+  excludes the driver's reserved memory, so the baseline is small.
 - ``gpu_ghost_busy`` (warning, drain_and_reset_gpu, clean_samples): utilization at or above
-  ``ghost_utilization`` with no process for ``ghost_samples`` samples in a row (a hard-killed job
-  left the GPU spinning).
+  ``ghost_utilization`` with no process for ``ghost_seconds`` (a hard-killed job left the GPU
+  spinning).
 - ``process_memory_growth`` (warning, restart_application, clean_samples): a process's memory grew
   at least ``leak_bytes_per_second`` over both halves of the last ``leak_window_seconds`` — growth
   only while loading and then flat is not a leak. The process is alive, so restarting it frees
   the memory; no reset needed.
+
+Durations are measured on sample times (two readings at least), never counted in samples.
+
+Cost: one evaluation is linear in the number of processes and independent of uptime, history
+length and sampling rate. A process's history is not a list of samples but at most
+``BUCKETS + 1`` time buckets of ``leak_window_seconds / BUCKETS`` seconds, each keeping only its
+first and last reading and a count (``[bucket, t first, used first, t last, used last, readings]``);
+a new reading updates the newest bucket or starts one, buckets older than the window drop off
+the front. The growth test reads the oldest and newest readings and the bucket edge nearest the
+middle of the span, so the verdicts match a full history to within half a bucket (19 s of a
+600 s window). The state carried between evaluations is bounded per process.
 
 Not judged: GPUs in MIG mode for orphans/ghosts (processes in instances may be invisible without
 privileges), a GPU whose process listing failed (an empty list then means nothing), and — with
@@ -30,52 +41,52 @@ from __future__ import annotations
 from typing import Any
 
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import (
-    CLEARS_WHEN_CLEAN,
-    DRAIN_AND_RESET_GPU,
-    RESTART_APPLICATION,
-    WARNING,
-    DetectorInput,
-    Finding,
-)
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, finding, gib, is_new_sample, merge, readable_gpus
+from ._common import available, clock, extend_run, finding, gib, held_for, is_new_sample, merge, readable_gpus
 
 NAME = "memory_leak"
 WINDOW_COVERAGE = 0.75  # the samples must span at least this share of the leak window
+BUCKETS = 16  # time buckets per leak window: the bound on a process's history
+Bucket = tuple[int, float, float, float, float, int]  # (bucket, t first, used first, t last, used last, readings)
 
 
 def _rate(bytes_per_second: float) -> str:
     return f"{bytes_per_second / 1024**2:.1f} MiB/s"
 
 
-def _count(old: dict[str, list[float]], uuid: str, condition: bool | None, at: float,
-           fresh: bool) -> list[float] | None:
-    """[consecutive samples, first sample time]; None when the condition is false.
-    ``condition`` None (unreadable) or a repeated sample (not ``fresh``) keeps the old count."""
-    previous = old.get(uuid)
-    if condition is None:
-        return list(previous) if previous else None
-    if not condition:
-        return None
-    if previous:
-        return [previous[0] + (1 if fresh else 0), previous[1]]
-    return [1, at]
+def _record(history: Any, at: float, used: float, width: float, horizon: float) -> tuple[Bucket, ...]:
+    """``history`` (buckets, oldest first) with one more reading; buckets wholly before
+    ``horizon`` dropped. O(BUCKETS): never proportional to the number of readings."""
+    number = int(at // width)
+    kept: list[Any] = [tuple(b) for b in history if b[3] >= horizon]
+    if kept and kept[-1][3] >= at:  # this reading is recorded already (an XID-only evaluation)
+        return tuple(kept)
+    if kept and kept[-1][0] == number:
+        first = kept[-1]
+        kept[-1] = (number, first[1], first[2], at, used, int(first[5]) + 1)
+    else:
+        kept.append((number, at, used, at, used, 1))
+    return tuple(kept[-(BUCKETS + 1):])
 
 
-def _growth(history: list[list[float]], window: float) -> tuple[float, float, float] | None:
-    """(overall, first-half, second-half slope in bytes/s) when the history covers the window."""
-    if len(history) < 3:
+def _growth(history: tuple[Bucket, ...], window: float) -> tuple[tuple[float, float], tuple[float, float],
+                                                                   tuple[float, float, float]] | None:
+    """((t0, u0), (t1, u1), (overall, first-half, second-half slope in bytes/s)) when the readings
+    cover the window; the middle point is the bucket edge nearest the middle of the span."""
+    if sum(int(b[5]) for b in history) < 3:
         return None
-    (t0, u0), (t1, u1) = history[0], history[-1]
+    t0, u0 = history[0][1], history[0][2]
+    t1, u1 = history[-1][3], history[-1][4]
     if t1 - t0 < window * WINDOW_COVERAGE:
         return None
     middle = (t0 + t1) / 2
-    inner = history[1:-1]
-    tm, um = min(inner, key=lambda s: abs(s[0] - middle))
-    if not (t0 < tm < t1):
+    edges = [(b[1], b[2]) for b in history] + [(b[3], b[4]) for b in history]
+    inner = [(t, u) for t, u in edges if t0 < t < t1]
+    if not inner:
         return None
-    return (u1 - u0) / (t1 - t0), (um - u0) / (tm - t0), (u1 - um) / (t1 - tm)
+    tm, um = min(inner, key=lambda s: abs(s[0] - middle))
+    return (t0, u0), (t1, u1), ((u1 - u0) / (t1 - t0), (um - u0) / (tm - t0), (u1 - um) / (t1 - tm))
 
 
 def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
@@ -92,71 +103,67 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     judge = visible or not config["require_visible_processes"]
     orphan: dict[str, list[float]] = {}
     ghost: dict[str, list[float]] = {}
-    procs: dict[str, dict[str, list[list[float]]]] = {}
+    procs: dict[str, dict[str, tuple[Bucket, ...]]] = {}
     findings: list[Finding] = []
     window = config["leak_window_seconds"]
-    horizon = data.now - window
+    width = window / BUCKETS
+    limit = config["leak_bytes_per_second"]
 
     for gpu in gpus:
         listing_ok = not any(name == "processes" for name, _ in gpu.errors)
         mig = gpu.modes is not None and available(gpu.modes.mig_mode_current) and gpu.modes.mig_mode_current
         idle_list = listing_ok and not gpu.processes and not mig
+        now = gpu.sampled_at
 
         used = gpu.memory.used_bytes if gpu.memory is not None else None
         held = [p.used_memory_bytes for p in gpu.processes]
         readable = listing_ok and not mig and available(used) and all(available(h) for h in held)
         # Memory no process accounts for: all of it with no process, else used minus the processes' sum.
         unaccounted = used - sum(held) if readable else 0
-        entry = _count(old_orphan, gpu.uuid, unaccounted >= config["orphan_used_bytes"] if readable else None,
-                       gpu.sampled_at, fresh)
-        if entry:
-            orphan[gpu.uuid] = entry
-            if judge and readable and entry[0] >= config["orphan_samples"]:  # judged on a readable sample only
+        run = extend_run(old_orphan.get(gpu.uuid), unaccounted >= config["orphan_used_bytes"] if readable else None,
+                         now, fresh)
+        if run:
+            orphan[gpu.uuid] = run
+            if judge and readable and held_for(run, now, config["orphan_seconds"]):  # judged on a readable sample
                 whose = ("with no process on the GPU" if not gpu.processes else
                          f"of which {len(held)} processes hold {gib(sum(held))}, {gib(unaccounted)} held by none")
                 findings.append(finding(
-                    gpu, "memory_orphaned", WARNING, DRAIN_AND_RESET_GPU,
-                    f"{gib(used)} used {whose} for {int(entry[0])} samples since {clock(entry[1])} "
-                    f"(threshold {gib(config['orphan_used_bytes'])}, {config['orphan_samples']} samples); "
-                    "reset the GPU when idle",
-                    CLEARS_WHEN_CLEAN,
+                    gpu, "memory_orphaned",
+                    f"{gib(used)} used {whose} since {clock(run[0])} ({now - run[0]:.0f} s; threshold "
+                    f"{gib(config['orphan_used_bytes'])} for {config['orphan_seconds']:g} s); reset the GPU when idle",
                 ))
 
         busy = gpu.utilization.gpu if gpu.utilization is not None else None
         readable = listing_ok and not mig and available(busy)
-        entry = _count(old_ghost, gpu.uuid, (idle_list and busy >= config["ghost_utilization"]) if readable else None,
-                       gpu.sampled_at, fresh)
-        if entry:
-            ghost[gpu.uuid] = entry
-            if judge and readable and entry[0] >= config["ghost_samples"]:
+        run = extend_run(old_ghost.get(gpu.uuid),
+                         (idle_list and busy >= config["ghost_utilization"]) if readable else None, now, fresh)
+        if run:
+            ghost[gpu.uuid] = run
+            if judge and readable and held_for(run, now, config["ghost_seconds"]):
                 findings.append(finding(
-                    gpu, "gpu_ghost_busy", WARNING, DRAIN_AND_RESET_GPU,
-                    f"GPU {busy:.0%} busy with no process for {int(entry[0])} samples since {clock(entry[1])} "
-                    f"(threshold {config['ghost_utilization']:.0%}, {config['ghost_samples']} samples); "
-                    "reset the GPU when idle",
-                    CLEARS_WHEN_CLEAN,
+                    gpu, "gpu_ghost_busy",
+                    f"GPU {busy:.0%} busy with no process since {clock(run[0])} ({now - run[0]:.0f} s; threshold "
+                    f"{config['ghost_utilization']:.0%} for {config['ghost_seconds']:g} s); reset the GPU when idle",
                 ))
 
         before = old_procs.get(gpu.uuid) or {}
-        now_procs: dict[str, list[list[float]]] = {}
+        now_procs: dict[str, tuple[Bucket, ...]] = {}
         for process in gpu.processes:
             key = str(process.pid)
-            history = [list(s) for s in before.get(key, ()) if s[0] >= horizon and s[0] < gpu.sampled_at]
+            history = before.get(key, ())
             if available(process.used_memory_bytes):
-                history.append([gpu.sampled_at, process.used_memory_bytes])
+                history = _record(history, now, float(process.used_memory_bytes), width, data.now - window)
             if not history:
                 continue
             now_procs[key] = history
             growth = _growth(history, window)
-            limit = config["leak_bytes_per_second"]
-            if growth is not None and min(growth) >= limit:
-                (t0, u0), (t1, u1) = history[0], history[-1]
+            if growth is not None and min(growth[2]) >= limit:
+                (t0, u0), (t1, u1), slopes = growth
                 findings.append(finding(
-                    gpu, "process_memory_growth", WARNING, RESTART_APPLICATION,
+                    gpu, "process_memory_growth",
                     f"PID {process.pid} grew from {gib(u0)} to {gib(u1)} in {t1 - t0:.0f} s "
-                    f"({_rate(growth[0])}; {_rate(growth[1])} and {_rate(growth[2])} over the two halves, "
+                    f"({_rate(slopes[0])}; {_rate(slopes[1])} and {_rate(slopes[2])} over the two halves, "
                     f"threshold {_rate(limit)})",
-                    CLEARS_WHEN_CLEAN,
                 ))
         if now_procs:
             procs[gpu.uuid] = now_procs

@@ -1,22 +1,24 @@
-"""NVLink: links down, replays, recoveries and CRC error rates (gpu-faults.md §1.3 DCGM, §2.3, §6).
+"""NVLink: links down, recoveries, and the rate of CRC errors and replays (gpu-faults.md §1.3, §2.3, §6).
 
-Faults (severity, action, clears):
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 - ``nvlink_down`` (critical, drain_and_reset_gpu, clean_samples): fewer active links than expected
   (``expected_active_links``, or the GPU's own ``limits.nvlink_count``), counting a link whose
   state is unreadable as up. Skipped while MIG mode is on: NVML reports those links down falsely
   (DCGM treats them as disabled). Skipped when the GPU has no links or none were read.
-- ``nvlink_replay_errors`` / ``nvlink_recovery_errors`` (critical, drain_and_reset_gpu, gpu_reset):
-  the counter grew by at least ``replay_increase`` / ``recovery_increase`` since the previous
-  sample (DCGM: any increase fails).
-- ``nvlink_crc_errors``: CRC flit + data errors per second over the GPU's links, from the previous
-  sample and the two ``sampled_at``: at or above ``crc_per_second_critical`` critical
-  (drain_and_reset_gpu), at or above ``crc_per_second_warning`` warning (no action: watch it);
-  clean_samples.
+- ``nvlink_recovery_errors`` (critical, drain_and_reset_gpu, gpu_reset): the recovery counter
+  grew by at least ``recovery_increase`` since the previous sample — the link went down and
+  retrained (DCGM: any increase fails).
+- ``nvlink_errors`` (warning, none) / ``nvlink_error_storm`` (critical, drain_and_reset_gpu): CRC
+  flit + CRC data errors + replays per second over the GPU's links, from the previous sample and
+  the two ``sampled_at``, at or above ``error_per_second_warning`` / ``error_per_second_critical``.
+  Replays are the link retransmitting after a CRC error, so they are judged with them, as a rate:
+  a single replay is not a critical fault. Both clear on clean samples (the rate below the
+  warning threshold).
 
 Counters come from the previous snapshot of the same GPU (by UUID). A counter that went down was
 reset (GPU reset, driver reload): that link is skipped for the sample, never a negative rate.
-Unavailable counters are skipped link by link.
+Unavailable counters are skipped link by link. Stateless: the previous snapshot is the memory.
 """
 
 from __future__ import annotations
@@ -24,16 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import (
-    CLEARS_ON_RESET,
-    CLEARS_WHEN_CLEAN,
-    CRITICAL,
-    DRAIN_AND_RESET_GPU,
-    NONE,
-    WARNING,
-    DetectorInput,
-    Finding,
-)
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
 from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
 
@@ -67,49 +60,42 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
             if len(up) + unknown < expected:
                 which = f" (links {', '.join(map(str, down))} down)" if down else ""
                 findings.append(finding(
-                    gpu, "nvlink_down", CRITICAL, DRAIN_AND_RESET_GPU,
+                    gpu, "nvlink_down",
                     f"{len(up)} of {expected} expected NVLinks active{which} at {clock(gpu.sampled_at)}",
-                    CLEARS_WHEN_CLEAN,
                 ))
 
         old = before.get(gpu.uuid)
         if old is None:
             continue
-        for counter, fault, key in (
-            ("replay_errors", "nvlink_replay_errors", "replay_increase"),
-            ("recovery_errors", "nvlink_recovery_errors", "recovery_increase"),
-        ):
-            grown = [(link, was, now) for link, was, now in _deltas(gpu, old, counter) if now > was]
-            total = sum(now - was for _, was, now in grown)
-            if grown and total >= config[key]:
-                links = ", ".join(f"link {link}: {was} → {now}" for link, was, now in grown)
-                findings.append(finding(
-                    gpu, fault, CRITICAL, DRAIN_AND_RESET_GPU,
-                    f"NVLink {counter.replace('_', ' ')} +{total} since the sample at {clock(old.sampled_at)} "
-                    f"({links}; threshold {config[key]})",
-                    CLEARS_ON_RESET,
-                ))
+        grown = [(link, was, now) for link, was, now in _deltas(gpu, old, "recovery_errors") if now > was]
+        total = sum(now - was for _, was, now in grown)
+        if grown and total >= config["recovery_increase"]:
+            listed = ", ".join(f"link {link}: {was} → {now}" for link, was, now in grown)
+            findings.append(finding(
+                gpu, "nvlink_recovery_errors",
+                f"NVLink recoveries +{total} since the sample at {clock(old.sampled_at)} "
+                f"({listed}; threshold {config['recovery_increase']})",
+            ))
 
         elapsed = gpu.sampled_at - old.sampled_at
         if elapsed <= 0:
             continue
-        flit = _deltas(gpu, old, "crc_flit_errors")
-        data_crc = _deltas(gpu, old, "crc_data_errors")
-        flit_total = sum(now - was for _, was, now in flit)
-        data_total = sum(now - was for _, was, now in data_crc)
-        rate = (flit_total + data_total) / elapsed
-        if rate >= config["crc_per_second_critical"]:
-            severity, action, threshold = CRITICAL, DRAIN_AND_RESET_GPU, config["crc_per_second_critical"]
-        elif rate >= config["crc_per_second_warning"]:
-            severity, action, threshold = WARNING, NONE, config["crc_per_second_warning"]
+        parts = {name: _deltas(gpu, old, counter) for name, counter in (
+            ("CRC flit", "crc_flit_errors"), ("CRC data", "crc_data_errors"), ("replays", "replay_errors"))}
+        totals = {name: sum(now - was for _, was, now in deltas) for name, deltas in parts.items()}
+        rate = sum(totals.values()) / elapsed
+        if rate >= config["error_per_second_critical"]:
+            fault, threshold = "nvlink_error_storm", config["error_per_second_critical"]
+        elif rate >= config["error_per_second_warning"]:
+            fault, threshold = "nvlink_errors", config["error_per_second_warning"]
         else:
             continue
-        links = sorted({link for link, was, now in flit + data_crc if now > was})
+        bad = sorted({link for deltas in parts.values() for link, was, now in deltas if now > was})
+        counts = ", ".join(f"{name} +{count}" for name, count in totals.items())
         findings.append(finding(
-            gpu, "nvlink_crc_errors", severity, action,
-            f"NVLink CRC errors at {rate:.1f}/s over {elapsed:.0f} s (flit +{flit_total}, data +{data_total}; "
-            f"links {', '.join(map(str, links))}; threshold {threshold:g}/s)",
-            CLEARS_WHEN_CLEAN,
+            gpu, fault,
+            f"NVLink errors at {rate:.1f}/s over {elapsed:.0f} s ({counts}; links {', '.join(map(str, bad))}; "
+            f"threshold {threshold:g}/s)",
         ))
     return None, merge(findings)
 

@@ -1,6 +1,6 @@
 """PCIe link downtraining (gpu-faults.md §2.3, §6 "PCIe downtraining", §7.9).
 
-Faults (severity, action, clears):
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 - ``pcie_width_degraded`` (warning, drain_and_reset_gpu, clean_samples): the current link width is
   below the maximum — the width does not drop at idle, so at any load.
@@ -9,10 +9,13 @@ Faults (severity, action, clears):
   above ``load_utilization``, or in P-state 0 when ``judge_in_p0``); at idle the driver lowers the
   generation on purpose (P8 -> Gen1).
 
-Both need ``degraded_samples`` samples in a row, as links retrain while load ramps. Action: a GPU
-reset retrains the link (secondary bus reset); if it stays degraded, reseat or replace the riser —
-the evidence says so. An unreadable reading keeps the count and raises nothing; a sample that
-cannot be judged for the generation (GPU idle) resets its run.
+Both must hold for ``degraded_seconds`` (sample times, not counts; at least two readings), as
+links retrain while load ramps. Action: a GPU reset retrains the link (secondary bus reset); if it
+stays degraded, reseat or replace the riser — the evidence says so. An unreadable reading keeps
+the run and raises nothing; a sample that cannot be judged for the generation (GPU idle) ends it.
+
+State (JSON-friendly): ``at`` (the last sample counted), ``width`` and ``generation``
+{uuid: [first seen, readings]}.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, DRAIN_AND_RESET_GPU, WARNING, DetectorInput, Finding
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, finding, is_new_sample, readable_gpus
+from ._common import available, clock, extend_run, finding, held_for, is_new_sample, readable_gpus
 
 NAME = "pcie"
 ADVICE = "reset the GPU to retrain the link; if it stays degraded, reseat or replace the riser"
@@ -49,45 +52,38 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     state = state or {}
     if data.snapshot is None or not data.snapshot.nvml_up:
         return state, []
-    need = config["degraded_samples"]
+    need = config["degraded_seconds"]
     findings: list[Finding] = []
     fresh = is_new_sample(state, data.snapshot)
-    step = 1 if fresh else 0
     new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {}}
     for gpu in readable_gpus(data.snapshot):
         link, limits = gpu.pcie, gpu.limits
         width = link.width if link is not None else None
         gen = link.generation if link is not None else None
 
-        old = int((state.get("width") or {}).get(gpu.uuid, 0))
-        if available(width, limits.pcie_max_width):
-            count = old + step if width < limits.pcie_max_width else 0
-        else:
-            count = old
-        if count:
-            new["width"][gpu.uuid] = count
-        if count >= need and available(width, limits.pcie_max_width):
+        readable = available(width, limits.pcie_max_width)
+        run = extend_run((state.get("width") or {}).get(gpu.uuid), width < limits.pcie_max_width if readable else None,
+                         gpu.sampled_at, fresh)
+        if run:
+            new["width"][gpu.uuid] = run
+        if run and readable and held_for(run, gpu.sampled_at, need):
             findings.append(finding(
-                gpu, "pcie_width_degraded", WARNING, DRAIN_AND_RESET_GPU,
-                f"PCIe link at x{width} of x{limits.pcie_max_width} for {count} samples in a row "
-                f"(threshold {need}); {ADVICE}",
-                CLEARS_WHEN_CLEAN,
+                gpu, "pcie_width_degraded",
+                f"PCIe link at x{width} of x{limits.pcie_max_width} since {clock(run[0])} "
+                f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
 
-        old = int((state.get("generation") or {}).get(gpu.uuid, 0))
         load, why = _under_load(gpu, config)
-        if available(gen, limits.pcie_max_generation) and load is not None:
-            count = old + step if load and gen < limits.pcie_max_generation else 0
-        else:
-            count = old
-        if count:
-            new["generation"][gpu.uuid] = count
-        if count >= need and load and available(gen, limits.pcie_max_generation):
+        readable = available(gen, limits.pcie_max_generation) and load is not None
+        run = extend_run((state.get("generation") or {}).get(gpu.uuid),
+                         bool(load and gen < limits.pcie_max_generation) if readable else None, gpu.sampled_at, fresh)
+        if run:
+            new["generation"][gpu.uuid] = run
+        if run and readable and load and held_for(run, gpu.sampled_at, need):
             findings.append(finding(
-                gpu, "pcie_generation_degraded", WARNING, DRAIN_AND_RESET_GPU,
-                f"PCIe link at Gen{gen} of Gen{limits.pcie_max_generation} while {why}, for {count} samples in "
-                f"a row (threshold {need}); {ADVICE}",
-                CLEARS_WHEN_CLEAN,
+                gpu, "pcie_generation_degraded",
+                f"PCIe link at Gen{gen} of Gen{limits.pcie_max_generation} while {why}, since {clock(run[0])} "
+                f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
     return new, findings
 

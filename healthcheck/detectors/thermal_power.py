@@ -1,21 +1,33 @@
 """Sustained hardware slowdown: thermal and power brake (gpu-faults.md §2.3, §5, §6, §7.5).
 
-Only the hardware bits of ``clocks.event_reasons`` count: HW slowdown 0x8 and HW thermal slowdown
-0x40 ("thermal"), HW power brake 0x80. Idle 0x1, application clocks 0x2, SW power cap 0x4, sync
-boost 0x10 and SW thermal 0x20 are normal operation and never a fault — warning on them is what
-made DCGM's and NVSentinel's power watches noise (NVIDIA/DCGM#285, NVIDIA/NVSentinel#1447).
+Only the hardware bits of ``clocks.event_reasons`` (nvmlDeviceGetCurrentClocksEventReasons) count:
+HW slowdown 0x8, HW thermal slowdown 0x40, HW power brake 0x80. Idle 0x1, application clocks
+0x2, SW power cap 0x4, sync boost 0x10 and SW thermal 0x20 are normal operation and never a
+fault — warning on them is what made DCGM's and NVSentinel's power watches noise
+(NVIDIA/DCGM#285, NVIDIA/NVSentinel#1447).
 
-Faults (severity, action, clears):
+HW slowdown 0x8 is the generic "clocks cut by 2x or more" bit: the hardware sets it together with
+the bit of the cause — 0x8|0x80 for an external power brake, 0x8|0x40 for over-temperature — and
+alone for causes NVML does not name (fast-trigger over-power, or temperature). So:
 
-- ``thermal_slowdown``: 0x8 or 0x40 set for ``thermal_samples`` samples in a row: warning; for
-  ``thermal_critical_samples`` in a row: critical (§6 "Warn -> Critical if sustained").
-- ``power_brake`` (critical): 0x80 set for ``power_brake_samples`` samples in a row (a facility
-  power event: NVSentinel#1666 left such GPUs clock-limited for 36 h unseen).
+- power brake: 0x80 set (0x8|0x80 as hardware reports it). Never a thermal fault on its own.
+- thermal: 0x40 set, or 0x8 set without 0x80 (nothing else explains it).
 
-Action ``none`` for both: neither a reset nor a reboot cools a GPU or lifts an external power
-brake; the severity keeps new work off the GPU, the evidence names the cause to fix (cooling,
-facility power). Both clear on clean samples. A sample without the bit resets the run; an
-unreadable sample keeps the count and raises nothing.
+Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
+
+- ``thermal_slowdown`` (warning) once thermal held for ``thermal_seconds``;
+  ``thermal_slowdown_sustained`` (critical) once it held for ``thermal_critical_seconds``
+  (§6 "Warn -> Critical if sustained"). Class thermal: check cooling.
+- ``power_brake`` (critical) once the brake held for ``power_brake_seconds`` (a facility power
+  event: NVSentinel#1666 left such GPUs clock-limited for 36 h unseen). Class power.
+
+Durations are measured on sample times (two readings at least), so they mean the same at any
+sampling interval. A sample without the bits ends the run; an unreadable sample keeps it and
+raises nothing. Action ``none`` for all: neither a reset nor a reboot cools a GPU or lifts a
+power brake.
+
+State (JSON-friendly): ``at`` (the last sample counted), ``thermal`` and ``power``
+{uuid: [first seen, readings]}.
 """
 
 from __future__ import annotations
@@ -23,17 +35,26 @@ from __future__ import annotations
 from typing import Any
 
 from runtimekit.healthcheck.thresholds import for_detector
-from runtimekit.healthcheck.types import CLEARS_WHEN_CLEAN, CRITICAL, NONE, WARNING, DetectorInput, Finding
+from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, finding, is_new_sample, readable_gpus
+from ._common import available, clock, extend_run, finding, held_for, is_new_sample, readable_gpus
 
 NAME = "thermal_power"
 HW_SLOWDOWN = 0x8
 HW_THERMAL_SLOWDOWN = 0x40
 HW_POWER_BRAKE = 0x80
-THERMAL = HW_SLOWDOWN | HW_THERMAL_SLOWDOWN
 BITS = {HW_SLOWDOWN: "HW slowdown 0x8", HW_THERMAL_SLOWDOWN: "HW thermal slowdown 0x40",
         HW_POWER_BRAKE: "HW power brake 0x80"}
+
+
+def is_power_brake(reasons: int) -> bool:
+    """The external power brake is asserted (0x80; hardware reports it as 0x8|0x80)."""
+    return bool(reasons & HW_POWER_BRAKE)
+
+
+def is_thermal(reasons: int) -> bool:
+    """HW thermal slowdown (0x40), or HW slowdown (0x8) that the power brake does not explain."""
+    return bool(reasons & HW_THERMAL_SLOWDOWN) or bool(reasons & HW_SLOWDOWN and not reasons & HW_POWER_BRAKE)
 
 
 def _temperature(gpu: Any) -> str:
@@ -42,6 +63,10 @@ def _temperature(gpu: Any) -> str:
     limit = gpu.limits.temperature_slowdown_celsius
     slowdown = f", slowdown threshold {limit:.0f} °C" if available(limit) else ""
     return f"; GPU at {gpu.thermal.gpu_celsius:.0f} °C{slowdown}"
+
+
+def _bits(reasons: int) -> str:
+    return " + ".join(name for bit, name in BITS.items() if reasons & bit)
 
 
 def thermal_power(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
@@ -54,34 +79,28 @@ def thermal_power(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "thermal": {}, "power": {}}
     for gpu in readable_gpus(data.snapshot):
         reasons = gpu.clocks.event_reasons if gpu.clocks is not None else None
-        for kind, mask in (("thermal", THERMAL), ("power", HW_POWER_BRAKE)):
-            old = (state.get(kind) or {}).get(gpu.uuid)
-            if reasons is None or not available(reasons):
-                if old:
-                    new[kind][gpu.uuid] = list(old)
+        now = gpu.sampled_at
+        for kind, test in (("thermal", is_thermal), ("power", is_power_brake)):
+            run = extend_run((state.get(kind) or {}).get(gpu.uuid), test(reasons) if isinstance(reasons, int) else None,
+                             now, fresh)
+            if run:
+                new[kind][gpu.uuid] = run
+            if not isinstance(reasons, int) or not run:
                 continue
-            if not reasons & mask:
-                continue
-            run = [old[0] + (1 if fresh else 0), old[1]] if old else [1, gpu.sampled_at]
-            new[kind][gpu.uuid] = run
-            count, since = int(run[0]), run[1]
-            bits = " + ".join(name for bit, name in BITS.items() if reasons & mask & bit)
-            if kind == "thermal" and count >= config["thermal_samples"]:
-                critical = count >= config["thermal_critical_samples"]
+            lasted = f"{_bits(reasons)} since {clock(run[0])} ({now - run[0]:.0f} s; reasons 0x{reasons:x})"
+            if kind == "thermal":
+                critical = held_for(run, now, config["thermal_critical_seconds"])
+                if critical or held_for(run, now, config["thermal_seconds"]):
+                    limit = config["thermal_critical_seconds" if critical else "thermal_seconds"]
+                    findings.append(finding(
+                        gpu, "thermal_slowdown_sustained" if critical else "thermal_slowdown",
+                        f"{lasted}, threshold {limit:g} s{_temperature(gpu)}; check cooling",
+                    ))
+            elif held_for(run, now, config["power_brake_seconds"]):
                 findings.append(finding(
-                    gpu, "thermal_slowdown", CRITICAL if critical else WARNING, NONE,
-                    f"{bits} for {count} samples in a row since {clock(since)} (threshold "
-                    f"{config['thermal_critical_samples'] if critical else config['thermal_samples']} samples; "
-                    f"reasons 0x{reasons:x}){_temperature(gpu)}; check cooling",
-                    CLEARS_WHEN_CLEAN,
-                ))
-            if kind == "power" and count >= config["power_brake_samples"]:
-                findings.append(finding(
-                    gpu, "power_brake", CRITICAL, NONE,
-                    f"{bits} for {count} samples in a row since {clock(since)} (threshold "
-                    f"{config['power_brake_samples']} samples; reasons 0x{reasons:x}); the clocks are cut by an "
-                    "external power brake: escalate to facility power",
-                    CLEARS_WHEN_CLEAN,
+                    gpu, "power_brake",
+                    f"{lasted}, threshold {config['power_brake_seconds']:g} s; the clocks are cut by an external "
+                    "power brake, not by temperature: escalate to facility power",
                 ))
     return new, findings
 

@@ -126,3 +126,33 @@ def test_prometheusrule_is_what_the_generator_writes() -> None:
     finally:
         sys.path.pop(0)
     assert PROMETHEUSRULE.read_text() == generate_prometheusrule.render()
+
+
+def test_gpu_alerts_route_on_the_policys_labels_not_on_fault_lists() -> None:
+    """GPU alerts select runtimekit_gpu_fault_active by action/class/severity; none copies the
+    policy's fault or XID names (a regex on `fault`), and none aggregates gpu or uuid away."""
+    for name, rule in _alerts().items():
+        expr = rule["expr"]
+        if "runtimekit_gpu_fault_active" not in expr:
+            continue
+        assert "fault=" not in expr and "fault!" not in expr, name
+        assert re.search(r'(action|class)="[a-z_]+"', expr), name
+        assert "by (" not in expr or "uuid" in expr, name
+
+
+def test_contained_ecc_never_routes_to_a_node_action() -> None:
+    sys.path.insert(0, str(ROOT))
+    from runtimekit.healthcheck.policy import default_policy
+
+    policy = default_policy()
+    for fault in ("ecc_contained", "row_remap_pending"):
+        p = policy.fault(fault)
+        for name, rule in _alerts().items():
+            expr = rule["expr"]
+            if "runtimekit_gpu_fault_active" not in expr:
+                continue
+            selects = all(f'{key}="{value}"' in expr or f'{key}=' not in expr
+                          for key, value in (("action", p.action), ("class", p.fault_class), ("severity", p.severity)))
+            if selects:
+                assert rule["labels"]["action"] not in ("replace_node", "reboot_node"), (fault, name)
+                assert rule["labels"]["severity"] == "warning", (fault, name)

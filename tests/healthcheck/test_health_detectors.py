@@ -90,12 +90,14 @@ def test_healthy_node_has_no_findings_from_any_detector() -> None:
 
 
 def test_run_detectors_passes_each_its_own_state_and_section() -> None:
-    config = {"thermal_power": {"power_brake_samples": 1}, "compute_mode": {"expected": "exclusive_process"}}
-    braked = node(with_(make_gpu(0), "clocks", event_reasons=0x80))
-    states, found = run_detectors({}, make_input(braked, config=config))
+    config = {"thermal_power": {"power_brake_seconds": 0}, "compute_mode": {"expected": "exclusive_process"}}
+    states: dict = {}
+    for at in (T0, T0 + 1):
+        braked = node(with_(make_gpu(0, at=at), "clocks", event_reasons=0x8 | 0x80))
+        states, found = run_detectors(states, make_input(braked, config=config))
     assert set(states) == {d.name for d in DETECTORS}
     assert faults(found) == {(0, "power_brake"), (0, "compute_mode_drift")}
-    assert states["thermal_power"]["power"][uuid_for(0)][0] == 1
+    assert states["thermal_power"]["power"][uuid_for(0)] == [T0, 2]
 
 
 def test_states_survive_json_and_are_not_mutated() -> None:
@@ -213,25 +215,32 @@ def test_lost_gpu_recovery_means_no_more_findings() -> None:
 
 # --- ecc ------------------------------------------------------------------------------------
 
-def test_uncorrectable_increase_is_critical_with_both_counts() -> None:
-    found = single(ecc, node(with_(make_gpu(0, at=T0 + 10), "ecc", uncorrected_volatile=2)), node(make_gpu(0)))
-    f = one(found, "ecc_uncorrectable")
-    assert (f.severity, f.action, f.clears) == (CRITICAL, DRAIN_AND_RESET_GPU, CLEARS_ON_RESET)
-    assert "0 → 2" in f.evidence
+def test_unexplained_uncorrectable_jump_is_critical_once_the_xid_window_passed() -> None:
+    """A counter jump no XID explains waits contained_xid_window_seconds (5 s) for its XID, then
+    is critical, with both counts; 10 s samples: judged at the next sample."""
+    _, per_sample = run_sequence(ecc, series(
+        lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 2, 2, 2][i]),), 4))
+    assert [bool(f) for f in per_sample] == [False, False, True, False]  # held by the machine (gpu_reset)
+    f = one(per_sample[2], "ecc_uncorrectable")
+    assert (f.severity, f.action, f.clears, f.schedulable) == (CRITICAL, DRAIN_AND_RESET_GPU, CLEARS_ON_RESET, False)
+    assert "0 → 2" in f.evidence and "no contained-error XID 94" in f.evidence
 
 
-def test_xid_48_and_counter_merge() -> None:
-    found = single(ecc, node(with_(make_gpu(0), "ecc", uncorrected_volatile=1)), node(make_gpu(0)),
-                   xids=[xid(48, at=T0 - 3)])
-    f = one(found, "ecc_uncorrectable")
-    assert "0 → 1" in f.evidence and "XID 48" in f.evidence and "22:13:17 UTC" in f.evidence
+def test_xid_48_is_uncorrectable_at_once_and_explains_its_counter_jump() -> None:
+    state, per_sample = run_sequence(ecc, series(
+        lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 1, 1][i]),), 3),
+        xids={1: [xid(48, at=T0 + 7)]})
+    f = one(per_sample[1], "ecc_uncorrectable")
+    assert "XID 48" in f.evidence and "22:13:27 UTC" in f.evidence
+    assert per_sample[2] == [] and state["pending"] == {}
 
 
 def test_uncorrectable_decrease_is_a_reset_not_a_fault() -> None:
-    """Counter reset: the volatile count dropped to 0 after a GPU reset: healthy again."""
-    _, per_sample = run_sequence(ecc, series(
+    """Counter reset: the volatile count dropped to 0 after a GPU reset: the baseline follows it."""
+    state, per_sample = run_sequence(ecc, series(
         lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 3, 3, 0, 0][i]),), 5))
-    assert [bool(f) for f in per_sample] == [False, True, True, False, False]
+    assert [bool(f) for f in per_sample] == [False, False, True, False, False]
+    assert state["base"][uuid_for(0)] == ["uncorrected_volatile", 0]
 
 
 @pytest.mark.parametrize(
@@ -254,11 +263,10 @@ def test_memory_repair_faults(group, changes, fault, severity, action) -> None:
 @pytest.mark.parametrize(
     ("code", "fault", "severity", "action"),
     [
-        (94, "ecc_contained", WARNING, RESTART_APPLICATION),
+        (94, "ecc_contained", WARNING, DRAIN_AND_RESET_GPU),
         (95, "ecc_uncontained", CRITICAL, DRAIN_AND_RESET_GPU),
         (140, "ecc_uncontained", CRITICAL, DRAIN_AND_RESET_GPU),
         (63, "row_remap_pending", WARNING, DRAIN_AND_RESET_GPU),
-        (64, "row_remap_failure", CRITICAL, DRAIN_AND_RESET_GPU),
     ],
 )
 def test_ecc_xids(code, fault, severity, action) -> None:
@@ -273,10 +281,12 @@ def test_xid_63_on_a_pre_ampere_gpu_is_a_page_retirement() -> None:
     assert faults(single(ecc, node(volta), xids=[xid(63)])) == {(0, "retired_pages_pending")}
 
 
-def test_xid_64_with_failure_flag_escalates_to_replace() -> None:
-    found = single(ecc, node(with_(make_gpu(0), "remapped_rows", failure=True)), xids=[xid(64)])
-    f = one(found, "row_remap_failure")
-    assert f.action == REPLACE_NODE and f.clears == CLEARS_ON_REBOOT and "XID 64" in f.evidence
+def test_xid_64_is_the_drivers_and_the_failure_flag_asks_for_replacement() -> None:
+    gpu = node(with_(make_gpu(0), "remapped_rows", failure=True))
+    f = one(single(ecc, gpu, xids=[xid(64)]), "row_remap_failure")
+    assert f.action == REPLACE_NODE and f.clears == CLEARS_ON_REBOOT
+    x = one(single(driver, gpu, xids=[xid(64)]), "xid_64")
+    assert (x.severity, x.action, x.clears) == (CRITICAL, DRAIN_AND_RESET_GPU, CLEARS_ON_RESET)
 
 
 def test_ecc_ignores_xids_owned_by_others_and_correctable_counts() -> None:
@@ -315,7 +325,16 @@ def test_read_errors_need_consecutive_samples_and_recover() -> None:
     assert [bool(f) for f in per_sample] == [False, False, False, True, True, True, False]
     f = one(per_sample[3], "nvml_errors")
     assert (f.severity, f.action) == (WARNING, DRAIN_AND_RESET_GPU)
-    assert "2 samples in a row" in f.evidence and "memory.used_bytes (NVML_ERROR_UNKNOWN)" in f.evidence
+    assert "since 22:13:40 UTC (10 s, threshold 2 s)" in f.evidence
+    assert "memory.used_bytes (NVML_ERROR_UNKNOWN)" in f.evidence
+
+
+def test_windows_are_seconds_not_samples() -> None:
+    """The same threshold (error_seconds 2) means the same at a 0.5 s and a 10 s interval."""
+    for step, first in ((0.5, 4), (10.0, 1)):
+        _, per_sample = run_sequence(driver, series(lambda i, at: (make_gpu(
+            0, at=at, errors=(("memory.used_bytes", "NVML_ERROR_UNKNOWN"),)),), 8, step=step))
+        assert next(n for n, f in enumerate(per_sample) if f) == first, step
 
 
 def test_lost_gpu_errors_are_not_driver_errors() -> None:
@@ -437,7 +456,7 @@ def test_orphaned_memory_needs_n_samples_and_recovers() -> None:
     assert [bool(f) for f in per_sample] == [False] + [True] * 5 + [False]
     f = one(per_sample[1], "memory_orphaned")
     assert (f.severity, f.action, f.clears) == (WARNING, DRAIN_AND_RESET_GPU, CLEARS_WHEN_CLEAN)
-    assert "4.0 GiB used with no process" in f.evidence and "2 samples" in f.evidence
+    assert "4.0 GiB used with no process" in f.evidence and "(10 s; threshold 1.0 GiB for 10 s)" in f.evidence
 
 
 @pytest.mark.parametrize(
@@ -495,7 +514,7 @@ def test_ghost_gpu_busy_with_no_process() -> None:
     _, per_sample = run_sequence(memory_leak, series(
         lambda i, at: (idle_gpu(at, used=0, util=1.0), busy_node(at)), 2))
     f = one(per_sample[-1], "gpu_ghost_busy")
-    assert "100% busy with no process for 2 samples" in f.evidence
+    assert "100% busy with no process since 22:13:20 UTC (10 s" in f.evidence
     assert not any(per_sample[:-1])
 
 
@@ -565,16 +584,38 @@ def test_link_down_negatives(variant) -> None:
     assert single(nvlink, node(gpu), config=config) == []
 
 
-@pytest.mark.parametrize(("counter", "fault"), [("replay_errors", "nvlink_replay_errors"),
-                                                ("recovery_errors", "nvlink_recovery_errors")])
-def test_replay_and_recovery_increase(counter, fault) -> None:
+def test_recovery_increase_is_critical_and_sticky() -> None:
     values = [3, 3, 4, 4, 0, 0]  # +1, then a counter reset (GPU reset) which is no fault
     _, per_sample = run_sequence(nvlink, series(
-        lambda i, at: (links(make_gpu(0, at=at), **{counter: lambda n: values[i] if n == 1 else 3}),), len(values)))
-    assert [faults(f) for f in per_sample] == [set(), set(), {(0, fault)}, set(), set(), set()]
-    f = one(per_sample[2], fault)
+        lambda i, at: (links(make_gpu(0, at=at), recovery_errors=lambda n: values[i] if n == 1 else 3),), len(values)))
+    assert [faults(f) for f in per_sample] == [set(), set(), {(0, "nvlink_recovery_errors")}, set(), set(), set()]
+    f = one(per_sample[2], "nvlink_recovery_errors")
     assert (f.severity, f.action, f.clears) == (CRITICAL, DRAIN_AND_RESET_GPU, CLEARS_ON_RESET)
     assert "link 1: 3 → 4" in f.evidence
+
+
+@pytest.mark.parametrize(
+    ("replays", "expected"),
+    [
+        ([3, 4, 4], [set(), set(), set()]),  # one replay in 10 s: 0.1/s, not a fault (was critical at >= 1)
+        ([3, 23, 23, 23], [set(), {"nvlink_errors"}, set(), set()]),  # 2/s: warning; clean samples: gone
+        ([3, 2003, 2003], [set(), {"nvlink_error_storm"}, set()]),  # 200/s: critical, clears when clean
+    ],
+)
+def test_replays_are_a_rate_with_crc_errors_and_clear_on_clean_samples(replays, expected) -> None:
+    _, per_sample = run_sequence(nvlink, series(
+        lambda i, at: (links(make_gpu(0, at=at), replay_errors=lambda n: replays[i] if n == 1 else 3),), len(replays)))
+    assert [{f.fault for f in found} for found in per_sample] == expected
+    for found in per_sample:
+        for f in found:
+            assert f.clears == CLEARS_WHEN_CLEAN and "replays +" in f.evidence
+
+
+def test_crc_and_replays_add_up_to_one_rate() -> None:
+    before = node(make_gpu(0))
+    after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=1 + 2, replay_errors=3 + 1), at=T0 + 10)
+    f = one(single(nvlink, after, before), "nvlink_errors")  # 4 links x (2 CRC + 1 replay) / 10 s = 1.2/s
+    assert "1.2/s" in f.evidence and "CRC flit +8" in f.evidence and "replays +4" in f.evidence
 
 
 @pytest.mark.parametrize(
@@ -590,7 +631,7 @@ def test_crc_rate(per_link_increase, expected) -> None:
     if expected is None:
         assert found == []
     else:
-        f = one(found, "nvlink_crc_errors")
+        f = one(found, "nvlink_error_storm" if expected == CRITICAL else "nvlink_errors")
         assert f.severity == expected
         rate = LINKS * 2 * per_link_increase / 10
         assert f"{rate:.1f}/s over 10 s" in f.evidence
@@ -641,16 +682,21 @@ def test_compute_mode_recovers() -> None:
 @pytest.mark.parametrize(
     ("reasons", "fires"),
     [
-        ([0x80] * 2, {"power_brake"}),
-        ([0x80], set()),  # not yet sustained
-        ([0x80, 0, 0x80, 0, 0x80, 0], set()),  # flapping never reaches 2 in a row
+        # Bit combinations as hardware reports them: a power brake is HW slowdown + power brake
+        # (0x8|0x80), over-temperature HW slowdown + HW thermal slowdown (0x8|0x40).
+        ([0x8 | 0x80] * 2, {"power_brake"}),  # a power brake only: never thermal
+        ([0x8 | 0x80 | 0x4] * 20, {"power_brake"}),  # however long it lasts (with the SW power cap)
+        ([0x8 | 0x80], set()),  # not yet sustained
+        ([0x88, 0, 0x88, 0, 0x88, 0], set()),  # flapping never holds
+        ([0x8 | 0x40] * 3, {"thermal_slowdown"}),
         ([0x40] * 3, {"thermal_slowdown"}),
-        ([0x8] * 3, {"thermal_slowdown"}),
-        ([0x8, 0x40, 0x48], {"thermal_slowdown"}),  # either bit continues the run
-        ([0x80 | 0x40] * 3, {"power_brake", "thermal_slowdown"}),
+        ([0x8] * 3, {"thermal_slowdown"}),  # HW slowdown with no power brake: thermal
+        ([0x8, 0x48, 0x48], {"thermal_slowdown"}),  # either thermal form continues the run
+        ([0x8, 0x88, 0x88], {"power_brake"}),  # the brake explains 0x8: the thermal run ends
+        ([0x8 | 0x40 | 0x80] * 3, {"power_brake", "thermal_slowdown"}),  # both causes named
         ([0x1 | 0x2 | 0x4 | 0x10 | 0x20 | 0x100] * 5, set()),  # normal reasons never fault
-        ([0x80, NA, 0x80], {"power_brake"}),  # an unreadable sample neither breaks nor counts
-        ([0x80, NA], set()),
+        ([0x88, NA, 0x88], {"power_brake"}),  # an unreadable sample neither breaks nor counts
+        ([0x88, NA], set()),
     ],
 )
 def test_clock_event_reasons(reasons, fires) -> None:
@@ -660,20 +706,21 @@ def test_clock_event_reasons(reasons, fires) -> None:
 
 
 def test_power_brake_evidence_and_recovery() -> None:
-    reasons = [0x80, 0x80, 0x80, 0x84, 0x4]
+    reasons = [0x88, 0x88, 0x88, 0x8C, 0x4]
     _, per_sample = run_sequence(thermal_power, series(
         lambda i, at: (with_(make_gpu(0, at=at), "clocks", event_reasons=reasons[i]),), len(reasons)))
     f = one(per_sample[3], "power_brake")
-    assert (f.severity, f.action) == (CRITICAL, NONE)
-    assert "4 samples in a row since 22:13:20 UTC" in f.evidence and "0x84" in f.evidence
+    assert (f.severity, f.action, f.fault_class) == (CRITICAL, NONE, "power")
+    assert "since 22:13:20 UTC (30 s" in f.evidence and "0x8c" in f.evidence and "not by temperature" in f.evidence
     assert per_sample[4] == []
 
 
 def test_thermal_becomes_critical_when_very_sustained() -> None:
-    config = {"thermal_samples": 2, "thermal_critical_samples": 4}
-    hot = lambda i, at: (with_(with_(make_gpu(0, at=at), "clocks", event_reasons=0x40), "thermal", gpu_celsius=93.0),)
+    config = {"thermal_seconds": 10, "thermal_critical_seconds": 30}
+    hot = lambda i, at: (with_(with_(make_gpu(0, at=at), "clocks", event_reasons=0x48), "thermal", gpu_celsius=93.0),)
     _, per_sample = run_sequence(thermal_power, series(hot, 5), config=config)
     assert [f[0].severity if f else None for f in per_sample] == [None, WARNING, WARNING, CRITICAL, CRITICAL]
+    assert per_sample[-1][0].fault == "thermal_slowdown_sustained" and per_sample[-1][0].fault_class == "thermal"
     assert "GPU at 93 °C, slowdown threshold 90 °C" in per_sample[-1][0].evidence
 
 

@@ -27,8 +27,8 @@ def test_packaged_thresholds_are_complete_and_valid() -> None:
         assert set(values[section]) == set(keys)
     assert values["driver"]["app_xid_bursts"] == 5
     assert values["driver"]["app_xid_window_seconds"] == 86400
-    assert values["nvlink"]["crc_per_second_critical"] == 100.0
-    assert values["thermal_power"]["power_brake_samples"] == 2
+    assert values["nvlink"]["error_per_second_critical"] == 100.0
+    assert values["thermal_power"]["power_brake_seconds"] == 3
 
 
 def test_every_detector_has_a_section() -> None:
@@ -62,7 +62,7 @@ def test_load_without_path_is_the_defaults_and_a_copy() -> None:
 
 
 def test_for_detector_merges_over_defaults() -> None:
-    assert for_detector("pcie", {"degraded_samples": 5})["degraded_samples"] == 5
+    assert for_detector("pcie", {"degraded_seconds": 5})["degraded_seconds"] == 5
     assert for_detector("pcie", {})["load_utilization"] == 0.5
     assert for_detector("pcie", None) == defaults()["pcie"]
 
@@ -84,10 +84,10 @@ def test_for_detector_merges_over_defaults() -> None:
         ({"memory_leak": {"ghost_utilization": 1.5}}, "memory_leak.ghost_utilization"),
         ({"memory_leak": {"leak_bytes_per_second": float("nan")}}, "must be a finite number"),
         ({"memory_leak": {"require_visible_processes": "yes"}}, "must be true or false"),
-        ({"nvlink": {"crc_per_second_warning": 200.0}}, "crc_per_second_warning must not exceed"),
+        ({"nvlink": {"error_per_second_warning": 200.0}}, "error_per_second_warning must not exceed"),
         ({"nvlink": {"expected_active_links": -1}}, "nvlink.expected_active_links"),
         ({"compute_mode": {"expected": "shared"}}, "compute_mode.expected: must be one of"),
-        ({"thermal_power": {"thermal_critical_samples": 1}}, "thermal_critical_samples must be >="),
+        ({"thermal_power": {"thermal_critical_seconds": 1}}, "thermal_critical_seconds must be >="),
     ],
 )
 def test_malformed_thresholds_name_the_key(data, message) -> None:

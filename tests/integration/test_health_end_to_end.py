@@ -10,7 +10,8 @@ unhealthy.
 
 Faults are injected through the simulator's control API with the client ``runtimekit sim inject``
 uses (``inject_remote``), which saves a Python start-up per injection. The detectors' confirmation
-windows (N samples in a row, bursts 10 s apart) are shortened by a thresholds file so that "within
+windows (durations in seconds, which still need two readings; bursts 10 s apart; the wait for an
+XID 94 to explain an ECC counter jump) are shortened by a thresholds file so that "within
 two cycles" and "five bursts" fit in a test; the defaults are exercised by the detectors' own tests.
 """
 
@@ -27,17 +28,19 @@ from tests.agent_process import Agent, parse_samples, start_agent
 INTERVAL = "0.3"
 GPUS = 8
 THRESHOLDS = """\
+ecc:
+  contained_xid_window_seconds: 0.3
 driver:
-  error_samples: 1
+  error_seconds: 0
   app_xid_burst_seconds: 0.2
 memory_leak:
-  orphan_samples: 1
+  orphan_seconds: 0
   require_visible_processes: false
 thermal_power:
-  thermal_samples: 1
-  power_brake_samples: 1
+  thermal_seconds: 0
+  power_brake_seconds: 0
 pcie:
-  degraded_samples: 1
+  degraded_seconds: 0
 """
 
 
@@ -140,7 +143,7 @@ CASES = [
     ("row-remap-failure", {}, 4, "unhealthy", "row_remap_failure", STICKY),
     ("gpu-lost", {}, 5, "unhealthy", "gpu_lost", STICKY),
     ("nvlink-down", {"link": 5}, 6, "unhealthy", "nvlink_down", CLEAN),
-    ("nvlink-crc", {"rate": 1000.0, "link": 2}, 7, "unhealthy", "nvlink_crc_errors", CLEAN),
+    ("nvlink-crc", {"rate": 1000.0, "link": 2}, 7, "unhealthy", "nvlink_error_storm", CLEAN),
     ("compute-mode", {"mode": "prohibited"}, 6, "unhealthy", "compute_mode_prohibited", CLEAN),
     ("memory-leak", {"bytes": 8 << 30}, 7, "suspect", "memory_orphaned", CLEAN),
     ("driver-error", {}, 6, "suspect", "nvml_errors", CLEAN),
