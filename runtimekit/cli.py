@@ -140,11 +140,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         _setup_logging(config.log_level)
         from runtimekit.exporter import enabled_collectors
 
-        enabled_collectors(config.exporter_collectors)
-        if config.health_enabled:
+        enabled_collectors(config.exporter.collectors)
+        if config.health.enabled:
             from runtimekit.healthcheck.thresholds import load_thresholds
 
-            load_thresholds(config.health_thresholds)  # a bad thresholds file is a usage error too
+            load_thresholds(config.health.thresholds)  # a bad thresholds file is a usage error too
         if args.sim is not None:
             simulation = Simulation(config)  # a bad scenario is a usage error, before anything starts
             config = simulation.configure(config)

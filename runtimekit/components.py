@@ -59,13 +59,13 @@ class SamplerComponent:
 
     def __init__(self, shared: Shared) -> None:
         config = shared.config
-        reader = NodeReader(shared.session, limits_refresh_seconds=config.sampling_limits_refresh_seconds)
+        reader = NodeReader(shared.session, limits_refresh_seconds=config.sampling.limits_refresh_seconds)
         self.sampler = Sampler(
             reader,
             shared.state,
-            interval_seconds=config.sampling_interval_seconds,
-            timeout_seconds=config.sampling_timeout_seconds,
-            nvml_retry_seconds=config.sampling_nvml_retry_seconds,
+            interval_seconds=config.sampling.interval_seconds,
+            timeout_seconds=config.sampling.timeout_seconds,
+            nvml_retry_seconds=config.sampling.nvml_retry_seconds,
         )
 
     async def start(self) -> None:
@@ -83,7 +83,7 @@ class XidWatcherComponent:
 
     def __init__(self, shared: Shared) -> None:
         self.watcher = XidWatcher(
-            shared.session, shared.state.record_xid, rebuild_seconds=shared.config.sampling_nvml_retry_seconds
+            shared.session, shared.state.record_xid, rebuild_seconds=shared.config.sampling.nvml_retry_seconds
         )
 
     async def start(self) -> None:
@@ -104,17 +104,17 @@ class AttributionComponent:
 
     def __init__(self, shared: Shared) -> None:
         config = shared.config
-        timeout = config.attribution_timeout_seconds
+        timeout = config.attribution.timeout_seconds
         self.attributor = Attributor(
             shared.state,
-            kubelet=PodResourcesClient(config.attribution_kubelet_socket, timeout),
-            cri=CriClient(config.attribution_cri_socket, timeout),
-            proc=ProcessReader(config.attribution_proc_root),
-            refresh_seconds=config.attribution_refresh_seconds or 0.0,
-            cri_refresh_seconds=config.attribution_cri_refresh_seconds,
-            cache_seconds=config.attribution_cache_seconds,
-            max_processes_per_gpu=config.attribution_max_processes_per_gpu,
-            process_refresh_seconds=config.attribution_process_refresh_seconds,
+            kubelet=PodResourcesClient(config.attribution.kubelet_socket, timeout),
+            cri=CriClient(config.attribution.cri_socket, timeout),
+            proc=ProcessReader(config.attribution.proc_root),
+            refresh_seconds=config.attribution.refresh_seconds or 0.0,
+            cri_refresh_seconds=config.attribution.cri_refresh_seconds,
+            cache_seconds=config.attribution.cache_seconds,
+            max_processes_per_gpu=config.attribution.max_processes_per_gpu,
+            process_refresh_seconds=config.attribution.process_refresh_seconds,
         )
 
     async def start(self) -> None:
@@ -132,15 +132,15 @@ class HealthComponent:
 
     def __init__(self, shared: Shared) -> None:
         config = shared.config
-        thresholds = load_thresholds(config.health_thresholds)
+        thresholds = load_thresholds(config.health.thresholds)
         self.checker = HealthChecker(
             shared.state,
             run_detectors,
             thresholds=thresholds,
-            store=HealthStore(config.state_dir, boot_id_path=config.health_boot_id_path),
-            clean_samples=config.health_clean_samples_to_clear or thresholds["machine"]["clean_samples"],
-            timeout_seconds=config.health_evaluation_timeout_seconds,
-            expected_gpus=config.health_expected_gpus,
+            store=HealthStore(config.state_dir, boot_id_path=config.health.boot_id_path),
+            clean_samples=config.health.clean_samples_to_clear or thresholds["machine"]["clean_samples"],
+            timeout_seconds=config.health.evaluation_timeout_seconds,
+            expected_gpus=config.health.expected_gpus,
         )
 
     async def start(self) -> None:
@@ -180,9 +180,9 @@ def component_table(shared: Shared) -> list[ComponentSpec]:
         ComponentSpec("sampler", builder(SamplerComponent), True, "polls NVML, publishes samples"),
         ComponentSpec("xid_watcher", builder(XidWatcherComponent), True, "XID events from nvmlEventSetWait"),
     ]
-    if config.attribution_enabled:
+    if config.attribution.enabled:
         table.append(ComponentSpec("attribution", builder(AttributionComponent), False, "GPU processes and devices to pods"))
-    if config.health_enabled:
+    if config.health.enabled:
         table.append(ComponentSpec("health", builder(HealthComponent), True, "health verdict per GPU"))
     else:
         log.info("health checker disabled (health.enabled: false)")

@@ -54,14 +54,14 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
     state, session = NodeState(), NvmlSession()
     app[CONFIG], app[STATE], app[SESSION] = config, state, session
     app[DESCRIPTION] = next((r.description for r in registrations if r.description), "this node")
-    collectors = build_collector_set(config.exporter_collectors, options={"process": _process_options(config)})
-    cache = ExpositionCache(state, collectors, sample_interval_seconds=config.sampling_interval_seconds)
+    collectors = build_collector_set(config.exporter.collectors, options={"process": _process_options(config)})
+    cache = ExpositionCache(state, collectors, sample_interval_seconds=config.sampling.interval_seconds)
     specs = [r.spec for r in registrations] + component_table(Shared(config, state, session, cache))
     app[SUPERVISOR] = Supervisor(
         state,
         specs,
-        initial_backoff_seconds=config.components_initial_backoff_seconds,
-        max_backoff_seconds=config.components_max_backoff_seconds,
+        initial_backoff_seconds=config.components.initial_backoff_seconds,
+        max_backoff_seconds=config.components.max_backoff_seconds,
     )
     app.cleanup_ctx.append(_components_context)
     for registration in registrations:
@@ -77,9 +77,9 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
 
 def _process_options(config: Config) -> dict[str, object]:
     """The process collector's options from the configuration (command line opt-in, redaction)."""
-    options: dict[str, object] = {"cmdline": config.exporter_process_cmdline}
-    if config.exporter_cmdline_redact is not None:
-        options["cmdline_redact"] = config.exporter_cmdline_redact
+    options: dict[str, object] = {"cmdline": config.exporter.process_cmdline}
+    if config.exporter.cmdline_redact is not None:
+        options["cmdline_redact"] = config.exporter.cmdline_redact
     return options
 
 

@@ -61,7 +61,7 @@ def _split(value: str) -> list[str]:
 
 def render(template: Any, fields: Mapping[str, Any]) -> Any:
     """Fill a JSON template: a string exactly "{name}" becomes the value (lists stay lists)."""
-    if isinstance(template, dict):
+    if isinstance(template, Mapping):
         return {k: render(v, fields) for k, v in template.items()}
     if isinstance(template, list):
         return [render(v, fields) for v in template]
@@ -83,7 +83,7 @@ def replacement_body(config: RemediationConfig, action: Action, labels: Mapping[
               "gpu_indices": _split(labels.get(config.gpu_index_label, "")),
               "fault": labels.get(config.fault_label, ""), "fingerprint": action.fingerprint,
               "starts_at": action.starts_at}
-    return render(config.replacement_body_template, fields)
+    return render(config.replacement.body_template, fields)
 
 
 def taint(config: RemediationConfig) -> dict[str, str]:
@@ -144,7 +144,7 @@ class Steps:
         evicted: list[str] = []
         gone: list[str] = []
         started = self.clock()
-        deadline = started + self.config.drain_timeout_seconds
+        deadline = started + self.config.drain.timeout_seconds
         rounds = 0
         while True:
             rounds += 1
@@ -166,25 +166,25 @@ class Steps:
             remaining = deadline - self.clock()
             if remaining <= 0:
                 raise StepFailed(f"drain of {action.node}: {len(blocked)} pod(s) still blocked by a "
-                                 f"PodDisruptionBudget after {self.config.drain_timeout_seconds} s: "
+                                 f"PodDisruptionBudget after {self.config.drain.timeout_seconds} s: "
                                  f"{', '.join(result['blocked'])}", result)
             log.info("drain of %s: %d pod(s) blocked by a PodDisruptionBudget, retrying in %s s", action.node,
-                     len(blocked), min(self.config.drain_retry_seconds, remaining))
-            await self.sleep(min(self.config.drain_retry_seconds, remaining))
+                     len(blocked), min(self.config.drain.retry_seconds, remaining))
+            await self.sleep(min(self.config.drain.retry_seconds, remaining))
             todo = blocked
 
     async def _replace(self, action: Action, labels, siblings) -> dict[str, Any]:
-        url = self.config.replacement_url
+        url = self.config.replacement.url
         if not url:
             raise StepFailed("replacement.url is not configured")
         body = replacement_body(self.config, action, labels)
         headers = {"Idempotency-Key": action.idempotency_key, "Content-Type": "application/json"}
         if self.replacement_token:
             headers["Authorization"] = f"Bearer {self.replacement_token}"
-        delay = self.config.replacement_backoff_seconds
-        timeout = aiohttp.ClientTimeout(total=self.config.replacement_timeout_seconds)
+        delay = self.config.replacement.backoff_seconds
+        timeout = aiohttp.ClientTimeout(total=self.config.replacement.timeout_seconds)
         last = ""
-        for attempt in range(1, self.config.replacement_max_attempts + 1):
+        for attempt in range(1, self.config.replacement.max_attempts + 1):
             try:
                 async with self.session.post(url, data=json.dumps(body), headers=headers, timeout=timeout) as resp:
                     text = (await resp.text())[:500]
@@ -196,10 +196,10 @@ class Steps:
             except (TimeoutError, aiohttp.ClientError) as error:
                 last = f"{type(error).__name__}: {error}"
             log.warning("replacement call for %s failed (%s), attempt %d", action.node, last, attempt)
-            if attempt < self.config.replacement_max_attempts:
+            if attempt < self.config.replacement.max_attempts:
                 await self.sleep(delay)
                 delay *= 2
-        raise StepFailed(f"replacement webhook failed after {self.config.replacement_max_attempts} attempts: {last}")
+        raise StepFailed(f"replacement webhook failed after {self.config.replacement.max_attempts} attempts: {last}")
 
 
 def dry_run_result(config: RemediationConfig, action: Action, labels: Mapping[str, str]) -> dict[str, Any]:
@@ -208,10 +208,10 @@ def dry_run_result(config: RemediationConfig, action: Action, labels: Mapping[st
         "cordon": f"PATCH node {action.node} spec.unschedulable=true (if not already)",
         "taint": f"add taint {config.taint_key}:NoSchedule to node {action.node}",
         "drain": (f"evict the pods on node {action.node} (not DaemonSet or mirror pods) through the Eviction "
-                  f"API, retrying PodDisruptionBudget refusals for up to {config.drain_timeout_seconds} s"),
+                  f"API, retrying PodDisruptionBudget refusals for up to {config.drain.timeout_seconds} s"),
         "uncordon": f"PATCH node {action.node} spec.unschedulable=false (if cordoned by us)",
         "untaint": f"remove taint {config.taint_key} from node {action.node} (if added by us)",
-        "replace": f"POST {config.replacement_url} Idempotency-Key {action.idempotency_key}",
+        "replace": f"POST {config.replacement.url} Idempotency-Key {action.idempotency_key}",
     }[action.kind]
     result: dict[str, Any] = {"dry_run": True, "would": would}
     if action.kind == "replace":

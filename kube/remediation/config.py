@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimekit.config import ConfigError, Key, between, listen_address, resolve
+from runtimekit.config import listen_address
+from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
 
@@ -29,97 +30,105 @@ def _url(value: str) -> str | None:
     return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
 
 
-SCHEMA: dict[str, Key] = {
-    "listen": Key(str, "0.0.0.0:9446", "HOST:PORT of the webhook receiver", listen_address),
-    "db_path": Key(str, "/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)"),
-    "log_level": Key(str, "info", "logging threshold", allowed=("debug", "info", "warning", "error")),
-    "auth.token_file": Key((str, type(None)), None, "file holding the bearer token Alertmanager sends"),
-    "auth.basic_file": Key((str, type(None)), None, "file holding USER:PASSWORD for basic auth"),
-    "max_body_bytes": Key(int, 1 << 20, "larger webhook bodies are refused with 413", between(1024, 64 << 20)),
-    "dry_run": Key(bool, False, "journal what would be done, change nothing"),
-    "action_delay_seconds": Key((int, float), 0.0, "wait this long after an alert arrives before acting",
-                                between(0, 86400)),
-    "worker_interval_seconds": Key((int, float), 1.0, "seconds between journal polls of the worker",
-                                   between(0.01, 60)),
-    "node_label": Key(str, "node", "alert label naming the Kubernetes node"),
-    # The shipped alerts (alerts/runtimekit.rules.yml) carry the agent's labels: `uuid` (GPU-…) and
-    # `gpu` (the NVML index); node-level alerts (NVML down, GPUs missing) carry neither.
-    "gpu_uuid_label": Key(str, "uuid", "alert label with the GPU UUID(s), comma-separated"),
-    "gpu_index_label": Key(str, "gpu", "alert label with the GPU index(es), comma-separated"),
-    "fault_label": Key(str, "alertname", "alert label describing the fault"),
-    "action_label": Key(str, "action", "alert label with the agent's action; it chooses the ladder"),
-    # Keyed by the agent's action names (ladders.py has the defaults, one comment each); merged
-    # over the defaults, so naming one action leaves the others as they are.
-    "ladders": Key(dict, DEFAULT_LADDERS,
-                   "action name -> ordered steps (cordon, taint, drain, replace; [] for none); drain is opt-in, "
-                   "e.g. replace_node: [cordon, taint, drain, replace]", ladder_problem),
-    "taint_key": Key(str, "runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step"),
-    # drain evicts through the Eviction API (policy/v1), so PodDisruptionBudgets are respected:
-    # an eviction a PDB refuses (HTTP 429) is retried every retry_seconds until timeout_seconds,
-    # then the step fails naming the pods still blocked. Nothing is ever force-deleted.
-    "drain.retry_seconds": Key((int, float), 5.0, "seconds between retries of evictions a PodDisruptionBudget "
-                               "blocks", between(0.01, 600)),
-    "drain.timeout_seconds": Key((int, float), 300.0, "the drain step fails if pods are still blocked after this "
-                                 "long", between(0, 86400)),
-    "kubernetes.kubeconfig": Key((str, type(None)), None, "kubeconfig file (None: in-cluster service account)"),
-    "kubernetes.context": Key((str, type(None)), None, "kubeconfig context (None: the current one)"),
-    "replacement.url": Key((str, type(None)), None, "node replacement webhook (POST JSON)", _url),
-    "replacement.body_template": Key(dict, DEFAULT_TEMPLATE,
-                                     "JSON body; {node} {gpu_uuids} {gpu_indices} {fault} {fingerprint} {starts_at} "
-                                     "are filled in"),
-    "replacement.token_file": Key((str, type(None)), None, "file with a bearer token for the replacement webhook"),
-    "replacement.timeout_seconds": Key((int, float), 10.0, "deadline of one replacement call", between(0.1, 300)),
-    "replacement.max_attempts": Key(int, 5, "calls before the step is failed (5xx, timeouts)", between(1, 100)),
-    "replacement.backoff_seconds": Key((int, float), 1.0, "first retry delay, doubled each time",
-                                       between(0, 600)),
-    "breaker.max_nodes": Key(int, 3, "more distinct nodes actioned within the window opens the breaker",
-                             between(1, 100_000)),
-    "breaker.max_percent": Key((int, float), 10.0, "more than this % of nodes actioned opens the breaker "
-                               "(once breaker.min_nodes is reached)", between(0, 100)),
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """How Alertmanager authenticates (one of the two is required)."""
+
+    token_file: str | None = setting(None, "file holding the bearer token Alertmanager sends")
+    basic_file: str | None = setting(None, "file holding USER:PASSWORD for basic auth")
+
+
+@dataclass(frozen=True, slots=True)
+class DrainConfig:
+    """The drain step evicts through the Eviction API (policy/v1), so PodDisruptionBudgets are
+    respected: an eviction a PDB refuses (HTTP 429) is retried every retry_seconds until
+    timeout_seconds, then the step fails naming the pods still blocked. Nothing is force-deleted."""
+
+    retry_seconds: float = setting(
+        5.0, "seconds between retries of evictions a PodDisruptionBudget blocks", between(0.01, 600)
+    )
+    timeout_seconds: float = setting(
+        300.0, "the drain step fails if pods are still blocked after this long", between(0, 86400)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesConfig:
+    kubeconfig: str | None = setting(None, "kubeconfig file (None: in-cluster service account)")
+    context: str | None = setting(None, "kubeconfig context (None: the current one)")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacementConfig:
+    """The spare-node request."""
+
+    url: str | None = setting(None, "node replacement webhook (POST JSON)", _url)
+    body_template: Mapping[str, Any] = setting(
+        DEFAULT_TEMPLATE, "JSON body; {node} {gpu_uuids} {gpu_indices} {fault} {fingerprint} {starts_at} are filled in"
+    )
+    token_file: str | None = setting(None, "file with a bearer token for the replacement webhook")
+    timeout_seconds: float = setting(10.0, "deadline of one replacement call", between(0.1, 300))
+    max_attempts: int = setting(5, "calls before the step is failed (5xx, timeouts)", between(1, 100))
+    backoff_seconds: float = setting(1.0, "first retry delay, doubled each time", between(0, 600))
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """The circuit breaker: too many nodes actioned within the window stops all actions."""
+
+    max_nodes: int = setting(3, "more distinct nodes actioned within the window opens the breaker", between(1, 100_000))
+    max_percent: float = setting(
+        10.0, "more than this % of nodes actioned opens the breaker (once breaker.min_nodes is reached)",
+        between(0, 100),
+    )
     # Without a floor, one node of a cluster under ten nodes is already more than 10 %.
-    "breaker.min_nodes": Key(int, 2, "the percentage rule applies from this many nodes within the window "
-                             "(the first min_nodes - 1 nodes are never refused by it)", between(1, 100_000)),
-    "breaker.window_seconds": Key((int, float), 3600.0, "the breaker's window", between(1, 30 * 86400)),
-    "cooldown_seconds": Key((int, float), 3600.0, "a node actioned for one alert is left alone this long for others",
-                            between(0, 30 * 86400)),
-}
+    min_nodes: int = setting(
+        2, "the percentage rule applies from this many nodes within the window "
+        "(the first min_nodes - 1 nodes are never refused by it)", between(1, 100_000),
+    )
+    window_seconds: float = setting(3600.0, "the breaker's window", between(1, 30 * 86400))
 
 
 @dataclass(frozen=True, slots=True)
 class RemediationConfig:
-    """Validated configuration; attribute names are the dotted keys with '.' → '_'."""
+    """Validated configuration: top-level keys and one section per concern."""
 
-    listen: str
-    db_path: str
-    log_level: str
-    auth_token_file: str | None
-    auth_basic_file: str | None
-    max_body_bytes: int
-    dry_run: bool
-    action_delay_seconds: float
-    worker_interval_seconds: float
-    node_label: str
-    gpu_uuid_label: str
-    gpu_index_label: str
-    fault_label: str
-    action_label: str
-    ladders: Mapping[str, list[str]]
-    taint_key: str
-    drain_retry_seconds: float
-    drain_timeout_seconds: float
-    kubernetes_kubeconfig: str | None
-    kubernetes_context: str | None
-    replacement_url: str | None
-    replacement_body_template: Mapping[str, Any]
-    replacement_token_file: str | None
-    replacement_timeout_seconds: float
-    replacement_max_attempts: int
-    replacement_backoff_seconds: float
-    breaker_max_nodes: int
-    breaker_max_percent: float
-    breaker_min_nodes: int
-    breaker_window_seconds: float
-    cooldown_seconds: float
+    listen: str = setting("0.0.0.0:9446", "HOST:PORT of the webhook receiver", listen_address)
+    db_path: str = setting("/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)")
+    log_level: str = setting("info", "logging threshold", allowed=("debug", "info", "warning", "error"))
+    max_body_bytes: int = setting(1 << 20, "larger webhook bodies are refused with 413", between(1024, 64 << 20))
+    dry_run: bool = setting(False, "journal what would be done, change nothing")
+    action_delay_seconds: float = setting(
+        0.0, "wait this long after an alert arrives before acting", between(0, 86400)
+    )
+    worker_interval_seconds: float = setting(1.0, "seconds between journal polls of the worker", between(0.01, 60))
+    node_label: str = setting("node", "alert label naming the Kubernetes node")
+    # The shipped alerts (alerts/runtimekit.rules.yml) carry the agent's labels: `uuid` (GPU-…) and
+    # `gpu` (the NVML index); node-level alerts (NVML down, GPUs missing) carry neither.
+    gpu_uuid_label: str = setting("uuid", "alert label with the GPU UUID(s), comma-separated")
+    gpu_index_label: str = setting("gpu", "alert label with the GPU index(es), comma-separated")
+    fault_label: str = setting("alertname", "alert label describing the fault")
+    action_label: str = setting("action", "alert label with the agent's action; it chooses the ladder")
+    # Keyed by the agent's action names (ladders.py has the defaults, one comment each); merged
+    # over the defaults, so naming one action leaves the others as they are.
+    ladders: Mapping[str, list[str]] = setting(
+        DEFAULT_LADDERS,
+        "action name -> ordered steps (cordon, taint, drain, replace; [] for none); drain is opt-in, "
+        "e.g. replace_node: [cordon, taint, drain, replace]",
+        ladder_problem,
+    )
+    taint_key: str = setting("runtimekit.io/gpu-unhealthy", "the NoSchedule taint key added by the taint step")
+    cooldown_seconds: float = setting(
+        3600.0, "a node actioned for one alert is left alone this long for others", between(0, 30 * 86400)
+    )
+    auth: AuthConfig = section(AuthConfig)
+    drain: DrainConfig = section(DrainConfig)
+    kubernetes: KubernetesConfig = section(KubernetesConfig)
+    replacement: ReplacementConfig = section(ReplacementConfig)
+    breaker: BreakerConfig = section(BreakerConfig)
+
+
+SCHEMA: dict[str, Key] = schema_of(RemediationConfig)
 
 
 def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RemediationConfig:
@@ -131,4 +140,5 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
         raise ConfigError(f"breaker.min_nodes: must be at most breaker.max_nodes ({values['breaker.max_nodes']}), "
                           f"got {values['breaker.min_nodes']}")
     values["ladders"] = merged(values["ladders"])
-    return RemediationConfig(**{key.replace(".", "_"): value for key, value in values.items()})
+    config: RemediationConfig = build(RemediationConfig, values)
+    return config

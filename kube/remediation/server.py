@@ -61,12 +61,12 @@ def _read_secret(key: str, path: str | None) -> str | None:
 
 def read_credentials(config: RemediationConfig) -> tuple[str | None, str | None]:
     """(bearer token, USER:PASSWORD) the webhook accepts, read from the files named by auth.*."""
-    token = _read_secret("auth.token_file", config.auth_token_file)
-    basic = _read_secret("auth.basic_file", config.auth_basic_file)
+    token = _read_secret("auth.token_file", config.auth.token_file)
+    basic = _read_secret("auth.basic_file", config.auth.basic_file)
     if token == "":
-        raise ConfigError(f"auth.token_file: {config.auth_token_file} is empty")
+        raise ConfigError(f"auth.token_file: {config.auth.token_file} is empty")
     if basic is not None and ":" not in basic:
-        raise ConfigError(f"auth.basic_file: {config.auth_basic_file} must hold USER:PASSWORD")
+        raise ConfigError(f"auth.basic_file: {config.auth.basic_file} must hold USER:PASSWORD")
     return token, basic
 
 
@@ -167,8 +167,8 @@ class Worker:
     def __init__(self, config: RemediationConfig, journal: Journal, steps: steps_module.Steps,
                  clock: Callable[[], float] = time.time) -> None:
         self.config, self.journal, self.steps, self.clock = config, journal, steps, clock
-        self.policy = BreakerPolicy(config.breaker_max_nodes, config.breaker_max_percent,
-                                    config.breaker_window_seconds, config.breaker_min_nodes)
+        self.policy = BreakerPolicy(config.breaker.max_nodes, config.breaker.max_percent,
+                                    config.breaker.window_seconds, config.breaker.min_nodes)
 
     async def run_once(self) -> int:
         """Run every pending action that is due; returns how many were finished."""
@@ -236,13 +236,13 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     has changed nothing: the journal file is created when the app starts.
     """
     credentials = read_credentials(config)
-    token = _read_secret("replacement.token_file", config.replacement_token_file)
+    token = _read_secret("replacement.token_file", config.replacement.token_file)
     try:
         check_path(config.db_path)
     except JournalError as error:
         raise ConfigError(f"db_path: {error}") from error
     try:
-        node_api = nodes or KubernetesNodeApi(config.kubernetes_kubeconfig, config.kubernetes_context)
+        node_api = nodes or KubernetesNodeApi(config.kubernetes.kubeconfig, config.kubernetes.context)
     except ClusterAccessError as error:
         raise ConfigError(str(error)) from error
     app = web.Application(client_max_size=config.max_body_bytes)

@@ -57,13 +57,14 @@ class Simulation:
 
     def configure(self, config: Config) -> Config:
         """The agent's configuration with the simulated host's paths in place of the real node's."""
-        return dataclasses.replace(
-            config,
-            attribution_kubelet_socket=self.host.kubelet_socket,
-            attribution_cri_socket=self.host.cri_socket,
-            attribution_proc_root=self.host.proc_root,
-            health_boot_id_path=self.host.boot_id_path,
+        attribution = dataclasses.replace(
+            config.attribution,
+            kubelet_socket=self.host.kubelet_socket,
+            cri_socket=self.host.cri_socket,
+            proc_root=self.host.proc_root,
         )
+        health = dataclasses.replace(config.health, boot_id_path=self.host.boot_id_path)
+        return dataclasses.replace(config, attribution=attribution, health=health)
 
     def registration(self) -> Registration:
         return Registration(

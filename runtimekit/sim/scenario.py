@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from runtimekit.schema import check_shape
+
 from .pods import (
     CGROUP_DRIVERS,
     GPU_RESOURCE,
@@ -132,58 +134,9 @@ _SCHEMA = {
 }
 
 
-def _type_name(spec: Any) -> str:
-    if isinstance(spec, tuple):
-        return " or ".join(t.__name__ for t in spec)
-    if isinstance(spec, dict) or spec is dict:
-        return "mapping"
-    if isinstance(spec, list):
-        return "list"
-    return spec.__name__
-
-
-def _check(value: Any, spec: Any, path: str) -> None:
-    """Raise ScenarioError when ``value`` does not match ``spec`` (see above)."""
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            raise ScenarioError(f"{path or 'scenario'}: expected a mapping, got {type(value).__name__}")
-        allowed = {k.rstrip("?"): k.endswith("?") for k in spec}
-        for key in value:
-            if not isinstance(key, str):
-                raise ScenarioError(f"{path}: keys must be strings, got {key!r}")
-            if path == "" and key.startswith("x-"):
-                continue
-            if key not in allowed:
-                raise ScenarioError(
-                    f"{_join(path, key)}: unknown key (allowed: {', '.join(sorted(allowed))})"
-                )
-        for key, optional in allowed.items():
-            sub = spec[key + "?" if optional else key]
-            if key not in value:
-                if not optional:
-                    raise ScenarioError(f"{_join(path, key)}: required key is missing")
-                continue
-            _check(value[key], sub, _join(path, key))
-        return
-    if isinstance(spec, list):
-        if not isinstance(value, list):
-            raise ScenarioError(f"{path}: expected a list, got {type(value).__name__}")
-        for i, item in enumerate(value):
-            _check(item, spec[0], f"{path}[{i}]")
-        return
-    types = spec if isinstance(spec, tuple) else (spec,)
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-    if not ok:
-        raise ScenarioError(f"{path}: expected {_type_name(spec)}, got {type(value).__name__} ({value!r})")
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
 def _model(key: str, m: dict[str, Any]) -> GpuModel:
     path = f"models.{key}"
-    _check(m, _MODEL, path)
+    check_shape(m, _MODEL, path, ScenarioError)
     if m["architecture"] not in ARCHITECTURES:
         raise ScenarioError(f"{path}.architecture: must be one of {', '.join(ARCHITECTURES)}")
     if len(m["compute_capability"]) != 2:
@@ -232,7 +185,7 @@ def _model(key: str, m: dict[str, Any]) -> GpuModel:
 
 def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
     """Validate parsed YAML ``data`` and build a Scenario (ScenarioError on any rule broken)."""
-    _check(data, _SCHEMA, "")
+    check_shape(data, _SCHEMA, "", ScenarioError)
     if not data["models"]:
         raise ScenarioError("models: at least one model is required")
     models = {str(k): _model(str(k), v) for k, v in data["models"].items()}

@@ -14,7 +14,7 @@ def write(tmp_path, text):
 
 def test_defaults_hold_without_a_file():
     cfg = config.load()
-    assert cfg.sampling_interval_seconds == 1.0
+    assert cfg.sampling.interval_seconds == 1.0
     assert cfg.listen_port == config.DEFAULT_PORT
     assert cfg.extra == {}
 
@@ -23,7 +23,7 @@ def test_file_values_and_flag_overrides(tmp_path):
     path = write(tmp_path, "listen: 127.0.0.1:9000\nsampling:\n  interval_seconds: 2.5\n")
     cfg = config.load(path, {"sampling.interval_seconds": 0.5, "listen": None})
     assert cfg.listen_host == "127.0.0.1" and cfg.listen_port == 9000
-    assert cfg.sampling_interval_seconds == 0.5  # the flag wins
+    assert cfg.sampling.interval_seconds == 0.5  # the flag wins
 
 
 def test_the_simulator_keys_exist_only_when_its_component_is_registered(tmp_path):
@@ -92,4 +92,4 @@ def test_the_example_file_names_every_key_with_its_default():
     flat = config.flatten(yaml.safe_load(example.read_text()), config.SCHEMA)
     assert set(flat) == set(config.SCHEMA), "the example and the schema list different keys"
     for key, spec in config.SCHEMA.items():
-        assert getattr(cfg, key.replace(".", "_")) == spec.default, key
+        assert config.value_at(cfg, key) == spec.default, key

@@ -119,7 +119,7 @@ def test_command_line_is_runtimekit_serve(argv):
 
 @pytest.mark.parametrize("key", HOST_PATH_KEYS)
 def test_every_host_path_is_mounted_from_its_place_on_the_node(key, agent_config, pod_spec, container):
-    in_container = getattr(agent_config, key.replace(".", "_"))
+    in_container = config_module.value_at(agent_config, key)
     on_node = config_module.SCHEMA[key].default
     found = host_path_of(pod_spec, container, in_container)
     assert found is not None, (

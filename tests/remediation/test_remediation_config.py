@@ -5,7 +5,7 @@ import pytest
 import yaml
 from conftest import alert_body
 
-from runtimekit.config import flatten
+from runtimekit.config import flatten, value_at
 from runtimekit.kube.remediation.actions import plan, replacement_body
 from runtimekit.kube.remediation.config import SCHEMA, ConfigError, load
 from runtimekit.kube.remediation.journal import Action
@@ -90,14 +90,14 @@ def test_alerts_the_default_table_acts_on_are_node_or_gpu_alerts_with_the_labels
     """An alert with a ladder is about a node (or a GPU of it): its expression keeps `node`, and a
     GPU alert keeps `uuid` and `gpu` — the labels the service reads (not `gpu_uuid`)."""
     acted = [r for r in _shipped_alerts() if DEFAULT_LADDERS[r["labels"]["action"]]]
-    assert {r["alert"] for r in acted} >= {"RuntimeKitGPULost", "RuntimeKitGPURowRemapFailure"}
+    assert {r["alert"] for r in acted} >= {"RuntimeKitGPURebootNode", "RuntimeKitGPUReplaceNode"}
     for rule in acted:
         expr = rule["expr"]
         assert "gpu_uuid" not in expr
-        if "by (" in expr:
+        if "by (" in expr or "on (" in expr:
             assert "node" in expr, rule["alert"]
-    lost = next(r for r in acted if r["alert"] == "RuntimeKitGPULost")
-    assert "by (job, instance, node, gpu, uuid)" in lost["expr"]
+    reboot = next(r for r in acted if r["alert"] == "RuntimeKitGPURebootNode")
+    assert "on (job, instance, node, gpu, uuid)" in reboot["expr"]
 
 
 def test_the_spare_node_request_names_the_gpus_from_uuid_and_gpu_labels():
@@ -128,9 +128,9 @@ def test_the_example_lists_exactly_the_schema_keys_with_their_defaults():
     config = load(EXAMPLE)
     for key, spec in SCHEMA.items():
         if key == "auth.token_file":  # the one key that must be set (the receiver never runs without auth)
-            assert config.auth_token_file
+            assert config.auth.token_file
             continue
-        assert getattr(config, key.replace(".", "_")) == spec.default, key
+        assert value_at(config, key) == spec.default, key
 
 
 def test_the_example_comments_every_key():

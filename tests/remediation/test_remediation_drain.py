@@ -41,7 +41,7 @@ def test_config_allows_drain_with_bounded_wait(tmp_path):
     (tmp_path / "token").write_text("t")
     config = load(None, {"auth.token_file": str(tmp_path / "token"), "ladders": LADDER})
     assert config.ladders["replace_node"] == ["cordon", "taint", "drain", "replace"]
-    assert (config.drain_retry_seconds, config.drain_timeout_seconds) == (5.0, 300.0)
+    assert (config.drain.retry_seconds, config.drain.timeout_seconds) == (5.0, 300.0)
     with pytest.raises(ConfigError, match="drain.timeout_seconds"):
         load(None, {"auth.token_file": "t", "drain.timeout_seconds": -1})
     with pytest.raises(ConfigError, match="listed twice"):

@@ -123,8 +123,8 @@ def test_default_breaker_lets_a_4_node_cluster_action_one_node():
     from runtimekit.kube.remediation.config import load
 
     config = load(None, {"auth.token_file": "t"})
-    policy = BreakerPolicy(config.breaker_max_nodes, config.breaker_max_percent, config.breaker_window_seconds,
-                           config.breaker_min_nodes)
+    policy = BreakerPolicy(config.breaker.max_nodes, config.breaker.max_percent, config.breaker.window_seconds,
+                           config.breaker.min_nodes)
     first = breaker_verdict(policy, "gpu-1", 100, [], 4, False)
     assert first.allowed and not first.opens_breaker
     second = breaker_verdict(policy, "gpu-2", 100, [("gpu-1", 90)], 4, False)

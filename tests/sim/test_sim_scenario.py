@@ -42,9 +42,9 @@ def test_load_by_path(tmp_path: Path):
     [
         (lambda d: d.update(colour="blue"), "colour: unknown key"),
         (lambda d: d["gpus"][2].update(numa="0"), "gpus[2].numa: unknown key"),
-        (lambda d: d["gpus"][1].update(numa_node="zero"), "gpus[1].numa_node: expected int"),
-        (lambda d: d["models"]["h100-sxm5-80gb"].update(power_limit_w="700"), "power_limit_w: expected int"),
-        (lambda d: d["models"]["h100-sxm5-80gb"].update(fan=1), "fan: expected bool"),
+        (lambda d: d["gpus"][1].update(numa_node="zero"), "gpus[1].numa_node: must be an integer"),
+        (lambda d: d["models"]["h100-sxm5-80gb"].update(power_limit_w="700"), "power_limit_w: must be an integer"),
+        (lambda d: d["models"]["h100-sxm5-80gb"].update(fan=1), "fan: must be true or false"),
         (lambda d: d["gpus"][0].pop("uuid"), "gpus[0].uuid: required key is missing"),
         (lambda d: d["gpus"][0].update(model="b300"), "gpus[0].model: unknown model"),
         (lambda d: d["gpus"][0].update(nvlinks=[0] * 17), "gpus[0].nvlinks: has 17 entries"),
