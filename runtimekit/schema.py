@@ -83,7 +83,8 @@ def schema_of(cls: type, prefix: str = "") -> dict[str, Key]:
         if f.metadata.get("section"):
             schema.update(schema_of(hints[f.name], f"{prefix}{f.name}."))
         elif "doc" in f.metadata:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            factory = f.default_factory
+            default = factory() if callable(factory) else f.default
             schema[f"{prefix}{f.name}"] = Key(
                 _kinds(hints[f.name]), default, f.metadata["doc"], f.metadata["check"], f.metadata["allowed"]
             )

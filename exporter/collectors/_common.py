@@ -1,6 +1,6 @@
 """Helpers shared by the card collectors: label sets, family builders, Unavailable filtering.
 
-Every family a collector yields is built fresh on each ``collect()`` from ``state.snapshot``: a GPU,
+Every family a collector yields is built fresh on each ``collect(view)`` from one ``NodeView``: a GPU,
 link or label value that is no longer in the snapshot is simply not in the next exposition.
 A reading that is ``Unavailable`` is skipped (never exported as 0, -1 or NaN), and a family that
 ends up with no samples is not yielded at all.
@@ -8,16 +8,13 @@ ends up with no samples is not yielded at all.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from runtimekit.gpu.types import GpuSnapshot, is_available
-from runtimekit.state import NodeState
-
-Clock = Callable[[], float]
+from runtimekit.state import NodeView
 
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 
@@ -25,36 +22,33 @@ SAMPLED = "Sampled on the agent's interval; the exposition is cached per sample.
 
 
 class Collector(Protocol):
-    """The one contract: yield fresh metric families built from the latest snapshot."""
+    """The one contract: yield fresh metric families built from one view of the node (never two
+    moments mixed: the exposition renders every collector from the same view)."""
 
-    def collect(self) -> Iterable[Metric]: ...
+    def collect(self, view: NodeView) -> Iterable[Metric]: ...
 
 
 class CardCollector:
-    """Base for collectors that read ``state.snapshot``; ``clock`` is unix time (injectable)."""
+    """Base for collectors: a pure function of the view they are given; no clock, no state of their own."""
 
-    def __init__(self, state: NodeState, clock: Clock = time.time) -> None:
-        self._state = state
-        self._clock = clock
-
-    def collect(self) -> Iterable[Metric]:  # pragma: no cover - overridden
+    def collect(self, view: NodeView) -> Iterable[Metric]:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
 def gpu_labels(gpu: GpuSnapshot) -> list[str]:
     """Label values for ``GPU_LABELS``: the NVML index as a string and the UUID."""
-    return [str(gpu.index), gpu.uuid]
+    return [str(gpu.index), text(gpu.uuid)]
 
 
-def all_gpus(state: NodeState) -> tuple[GpuSnapshot, ...]:
-    """Every GPU of the latest snapshot, lost ones included (none before the first sample)."""
-    snapshot = state.snapshot
+def all_gpus(view: NodeView) -> tuple[GpuSnapshot, ...]:
+    """Every GPU of the view's snapshot, lost ones included (none before the first sample)."""
+    snapshot = view.snapshot
     return () if snapshot is None else snapshot.gpus
 
 
-def live_gpus(state: NodeState) -> Iterator[GpuSnapshot]:
-    """GPUs of the latest snapshot that are not lost: a lost GPU exports only its info and lost gauge."""
-    return (gpu for gpu in all_gpus(state) if not gpu.lost)
+def live_gpus(view: NodeView) -> Iterator[GpuSnapshot]:
+    """GPUs of the view's snapshot that are not lost: a lost GPU exports only its info and lost gauge."""
+    return (gpu for gpu in all_gpus(view) if not gpu.lost)
 
 
 def gauge(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> GaugeMetricFamily:

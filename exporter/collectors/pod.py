@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty, text
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, owner_labels
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
@@ -48,7 +48,7 @@ class PodCollector(CardCollector):
         # instance lingers: same names, other container id): merge them, never emit a duplicate series.
         merged: dict[tuple[str, ...], list] = {}
         for usage in attribution.pods:
-            key = (*owner_labels(usage.owner), str(usage.gpu_index), usage.gpu_uuid)
+            key = (*owner_labels(usage.owner), str(usage.gpu_index), text(usage.gpu_uuid))
             sm = usage.sm_utilization if is_available(usage.sm_utilization) else None
             used = usage.used_memory_bytes if is_available(usage.used_memory_bytes) else None
             if key not in merged:
@@ -73,7 +73,7 @@ class PodCollector(CardCollector):
         seen: set[tuple[str, ...]] = set()
         for allocation in attribution.allocations:
             gpu = "" if allocation.gpu_index is None else str(allocation.gpu_index)
-            key = (*owner_labels(allocation.owner), allocation.resource_name, allocation.device_id, gpu, allocation.gpu_uuid)
+            key = (*owner_labels(allocation.owner), allocation.resource_name, allocation.device_id, gpu, text(allocation.gpu_uuid))
             if key not in seen:
                 seen.add(key)
                 allocated.add_metric(list(key), 1.0)

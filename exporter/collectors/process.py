@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import time
 from collections.abc import Iterable, Sequence
 
 from prometheus_client.core import InfoMetricFamily, Metric
@@ -26,7 +25,6 @@ from runtimekit.exporter.collectors._common import (
     GPU_LABELS,
     SAMPLED,
     CardCollector,
-    Clock,
     add,
     counter,
     gauge,
@@ -35,7 +33,7 @@ from runtimekit.exporter.collectors._common import (
     text,
 )
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, label_text, owner_labels
-from runtimekit.state import NodeState
+from runtimekit.state import NodeView
 
 PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
 # MIG ids are always in the label set, "" on a GPU without MIG: a family keeps one set of label
@@ -113,21 +111,18 @@ class CommandRedactor:
 class ProcessCollector(CardCollector):
     def __init__(
         self,
-        state: NodeState,
-        clock: Clock = time.time,
         *,
         cmdline: bool = False,
         cmdline_redact: str = DEFAULT_CMDLINE_REDACT,
         cmdline_max_length: int = DEFAULT_CMDLINE_MAX_LENGTH,
     ) -> None:
-        super().__init__(state, clock)
         if not isinstance(cmdline, bool):
             raise ValueError(f"process collector: cmdline must be true or false, got {cmdline!r}")
         self._cmdline = cmdline
         self._redact = CommandRedactor(cmdline_redact, cmdline_max_length)  # validated even when off
 
-    def collect(self) -> Iterable[Metric]:
-        attribution = self._state.attribution
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        attribution = view.attribution
         if attribution is None:
             return
         memory = gauge(
@@ -183,7 +178,7 @@ class ProcessCollector(CardCollector):
                 continue
             seen_rows.add((row.gpu_index, row.pid))
             process = _process_labels(row)
-            labels = [str(row.gpu_index), row.gpu_uuid, text(row.gpu_instance_id), text(row.compute_instance_id), *process]
+            labels = [str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id), text(row.compute_instance_id), *process]
             add(memory, labels, row.used_memory_bytes)
             for field, family in ratios.items():
                 add(family, labels, getattr(row, field))
@@ -202,10 +197,10 @@ class ProcessCollector(CardCollector):
             "(the pod families still count them).",
         )
         counts = dict(attribution.dropped_total)
-        for gpu in live_gpus(self._state):  # start at 0, so that rate() sees the first drop
+        for gpu in live_gpus(view):  # start at 0, so that rate() sees the first drop
             counts.setdefault((gpu.index, gpu.uuid), 0)
         for (index, uuid), count in sorted(counts.items()):
-            dropped.add_metric([str(index), uuid], float(count))
+            dropped.add_metric([str(index), text(uuid)], float(count))
         yield from nonempty(memory, *ratios.values(), cpu, resident, info, dropped)
 
 

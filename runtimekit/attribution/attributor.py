@@ -33,7 +33,7 @@ from runtimekit.attribution.join import join_processes, resolve_allocations
 from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
 from runtimekit.attribution.procfs import ProcessInfo, ProcessReader
 from runtimekit.attribution.types import HOST, AttributionSnapshot, Owner, ProcessFacts, SourceStatus
-from runtimekit.gpu.types import NodeSnapshot
+from runtimekit.gpu.types import NodeSnapshot, Reading
 from runtimekit.state import SAMPLE, NodeState
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class Attributor:
         self.cri: _Source[dict[str, ContainerInfo]] = _Source(_Health("cri"), cache_seconds)
         self.procfs = _Health("procfs")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-attribution")
-        self._dropped_total: dict[tuple[int, str], int] = {}
+        self._dropped_total: dict[tuple[int, Reading[str]], int] = {}
         self._infos: dict[int, ProcessInfo] = {}
         self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
         self._infos_read_at = float("-inf")

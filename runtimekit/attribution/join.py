@@ -17,26 +17,27 @@ from runtimekit.attribution.types import (
     PodGpuUsage,
     ProcessFacts,
 )
-from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
 from runtimekit.state.refs import parse_device_id
 
 
-def gpu_uuid_of_device(device_id: str) -> str:
-    """The physical GPU UUID behind a device plugin's device id (``runtimekit.state.refs``), or ""
+def gpu_uuid_of_device(device_id: str) -> str | None:
+    """The physical GPU UUID behind a device plugin's device id (``runtimekit.state.refs``), or None
     when it cannot be told: a MIG device (``MIG-…``) needs NVML to find its parent, not done here."""
     parsed = parse_device_id(device_id)
-    return (parsed.gpu_uuid or "") if parsed is not None else ""
+    return parsed.gpu_uuid if parsed is not None else None
 
 
 def resolve_allocations(
     rows: Iterable[tuple[Owner, str, str]], snapshot: NodeSnapshot | None
 ) -> tuple[DeviceAllocation, ...]:
     """(owner, resource name, device id) rows -> allocations with the GPU index where known."""
-    index_of = {gpu.uuid: gpu.index for gpu in snapshot.gpus} if snapshot else {}
+    index_of = {gpu.uuid: gpu.index for gpu in snapshot.gpus if is_available(gpu.uuid)} if snapshot else {}
     allocations = []
     for owner, resource_name, device_id in rows:
         uuid = gpu_uuid_of_device(device_id)
-        allocations.append(DeviceAllocation(owner, resource_name, device_id, uuid, index_of.get(uuid)))
+        index = index_of.get(uuid) if uuid is not None else None
+        allocations.append(DeviceAllocation(owner, resource_name, device_id, uuid, index))
     return tuple(sorted(allocations, key=lambda a: (a.owner.namespace, a.owner.pod, a.owner.container, a.device_id)))
 
 
@@ -67,14 +68,14 @@ def _attributed(gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts]) -> list[Att
 
 def join_processes(
     snapshot: NodeSnapshot, facts: Mapping[int, ProcessFacts], cap_per_gpu: int
-) -> tuple[tuple[AttributedProcess, ...], tuple[PodGpuUsage, ...], dict[tuple[int, str], int]]:
+) -> tuple[tuple[AttributedProcess, ...], tuple[PodGpuUsage, ...], dict[tuple[int, Reading[str]], int]]:
     """Attribute every GPU process; returns (capped process rows, per-container usage, dropped rows per GPU).
 
     The cap keeps the ``cap_per_gpu`` processes holding the most memory on each GPU; the
     per-container usage is summed over every process, capped or not.
     """
     kept: list[AttributedProcess] = []
-    dropped: dict[tuple[int, str], int] = {}
+    dropped: dict[tuple[int, Reading[str]], int] = {}
     usage: dict[tuple[Owner, int], list[AttributedProcess]] = defaultdict(list)
     for gpu in snapshot.gpus:
         if gpu.lost:

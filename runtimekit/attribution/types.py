@@ -51,13 +51,13 @@ class DeviceAllocation:
 
     ``device_id`` is what the device plugin advertised: a GPU UUID, a MIG device UUID, or a
     shared replica such as ``GPU-…::3`` (time-slicing); ``gpu_uuid`` is the physical GPU's UUID
-    derived from it, or "" for a MIG device whose parent is not known yet.
+    derived from it, None for a MIG device whose parent is not known yet.
     """
 
     owner: Owner
     resource_name: str
     device_id: str
-    gpu_uuid: str
+    gpu_uuid: str | None
     gpu_index: int | None  # None when the GPU is not on this node's snapshot
 
 
@@ -69,7 +69,7 @@ class AttributedProcess:
     """
 
     gpu_index: int
-    gpu_uuid: str
+    gpu_uuid: Reading[str]  # as the sample has it (Unavailable when the driver could not say)
     pid: int
     used_memory_bytes: Reading[int]
     sm_utilization: Reading[float]
@@ -88,7 +88,7 @@ class PodGpuUsage:
 
     owner: Owner
     gpu_index: int
-    gpu_uuid: str
+    gpu_uuid: Reading[str]
     used_memory_bytes: Reading[int]  # Unavailable when NVML gave no process memory (e.g. some MIG setups)
     sm_utilization: Reading[float]  # sum of its processes' SM ratios: its share of the GPU
     processes: int
@@ -114,4 +114,4 @@ class AttributionSnapshot:
     pods: tuple[PodGpuUsage, ...] = ()
     allocations: tuple[DeviceAllocation, ...] = ()
     sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))
-    dropped_total: Mapping[tuple[int, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))

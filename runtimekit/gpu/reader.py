@@ -184,7 +184,7 @@ class NodeReader:
         pci = call("nvmlDeviceGetPciInfo", handle)
         capability = call("nvmlDeviceGetCudaComputeCapability", handle)
         return GpuIdentity(
-            uuid=_text(uuid) if is_available(uuid) else f"unknown-gpu-{index}",
+            uuid=_map(uuid, _text),
             name=_map(call("nvmlDeviceGetName", handle), _text),
             pci_bus_id=_map(pci, lambda p: normal_pci(_text(p.busId))),
             serial=_map(call("nvmlDeviceGetSerial", handle), _text),
@@ -391,7 +391,7 @@ def _reserved(memory: Any) -> Reading[int]:
 
 def _complete(record: GpuIdentity | GpuLimits) -> bool:
     """False when a discovery read failed with a real error: it is then read again next cycle."""
-    if isinstance(record, GpuIdentity) and record.uuid.startswith("unknown-gpu-"):
+    if isinstance(record, GpuIdentity) and not is_available(record.uuid):
         return False
     return not any(
         isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
@@ -404,7 +404,7 @@ def _count(value: Reading[int]) -> int:
 
 
 def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) -> GpuSnapshot:
-    identity = GpuIdentity(f"unknown-gpu-{index}", why, why, why, why, why, why, why)
+    identity = GpuIdentity(why, why, why, why, why, why, why, why)
     limits = GpuLimits(why, why, why, why, why, why, why, why, why, why, why, why)
     return GpuSnapshot(
         index, identity, limits, now, lost, None, None, None, None, None, None, None, None, None, (), None, (),

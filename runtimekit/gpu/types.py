@@ -46,7 +46,7 @@ def is_available(value: T | Unavailable) -> TypeIs[T]:
 class GpuIdentity:
     """Static identity of one physical GPU, read once when the device is discovered."""
 
-    uuid: str
+    uuid: Reading[str]  # "GPU-…"; Unavailable when the driver could not say (no placeholder is made up)
     name: Reading[str]
     pci_bus_id: Reading[str]  # domain:bus:device.function, as nvidia-smi prints it
     serial: Reading[str]
@@ -228,7 +228,7 @@ class GpuSnapshot:
     errors: tuple[tuple[str, str], ...] = ()
 
     @property
-    def uuid(self) -> str:
+    def uuid(self) -> Reading[str]:
         return self.identity.uuid
 
 

@@ -119,7 +119,7 @@ def _check_gpu(gpu: GpuSnapshot) -> None:
     if gpu.lost or gpu.memory is None:
         why = "; ".join(f"{k}: {v}" for k, v in gpu.errors) or "lost"
         raise RuntimeError(f"cannot record: GPU {gpu.index} does not answer NVML ({why})")
-    if not _UUID.match(gpu.uuid):
+    if not is_available(gpu.uuid) or not _UUID.match(gpu.uuid):
         raise RuntimeError(f"cannot record: GPU {gpu.index} has no readable UUID ({gpu.uuid})")
     arch = gpu.identity.architecture
     if not is_available(arch) or arch not in ARCHITECTURES:

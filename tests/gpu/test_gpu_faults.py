@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from runtimekit.gpu.types import GpuSnapshot, Unavailable
+from runtimekit.gpu.types import GpuSnapshot, Unavailable, is_available
 
 READING_GROUPS = ("utilization", "memory", "thermal", "power", "clocks", "pcie", "ecc", "retired_pages", "remapped_rows", "modes")
 
@@ -134,7 +134,8 @@ def test_identity_failed_at_discovery_is_read_again(make_node, make_reader, cloc
     node.inject(2, "driver-error", error="unknown")
     reader = make_reader()
     first = reader.sample().gpus[2]
-    assert first.uuid == "unknown-gpu-2"
+    assert not is_available(first.uuid)  # no made-up identity: the reading says why it is missing
+    assert first.uuid.reason == "error"
     node.clear(2)
     clock.advance(1.0)
     gpu = reader.sample().gpus[2]
