@@ -19,6 +19,7 @@ MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP  # HBM temperature, °C
 PCIE_TX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES  # bytes since driver load
 PCIE_RX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT  # links the device has
+RECOVERY_ACTION = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION  # what the driver asks for (with XID 154)
 
 # Link-scoped fields (scopeId = link), read every cycle for every link.
 LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # 1 = active
@@ -28,7 +29,19 @@ LINK_CRC_FLIT = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC  # RX flow-control digit 
 LINK_TX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX  # payload KiB, counter
 LINK_RX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 
-DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES)
+DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES, RECOVERY_ACTION)
+
+# nvmlDeviceGpuRecoveryAction_t (nvml.h) -> the names GpuSnapshot.recovery_action uses.
+RECOVERY_ACTIONS = {
+    pynvml.NVML_GPU_RECOVERY_ACTION_NONE: "none",
+    pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET: "gpu_reset",
+    pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: "node_reboot",
+    pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: "drain_p2p",
+    pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: "drain_and_reset",
+    pynvml.NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: "recover_imex_domain",
+    pynvml.NVML_GPU_RECOVERY_ACTION_BUS_RESET: "bus_reset",
+    pynvml.NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT: "system_reboot",
+}
 LINK_FIELDS = (LINK_STATE, LINK_REPLAY, LINK_RECOVERY, LINK_CRC_FLIT, LINK_TX_KIB, LINK_RX_KIB)
 
 _VALUE_MEMBER = {

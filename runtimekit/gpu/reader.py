@@ -316,6 +316,7 @@ class NodeReader:
             nvlinks=self._read_nvlinks(handle, device.limits.nvlink_count, values),
             modes=self._read_modes(handle),
             processes=processes,
+            recovery_action=_map(values.get(fields.RECOVERY_ACTION), _recovery_action),
         )
         return replace(snapshot, errors=_errors(snapshot, process_failure))
 
@@ -382,6 +383,10 @@ class NodeReader:
             mig_mode_current=_map(mig, lambda m: bool(m[0])),
             mig_mode_pending=_map(mig, lambda m: bool(m[1])),
         )
+
+
+def _recovery_action(value: float | int) -> str:
+    return fields.RECOVERY_ACTIONS.get(int(value), f"action{int(value)}")
 
 
 def _reserved(memory: Any) -> Reading[int]:

@@ -226,6 +226,9 @@ class GpuSnapshot:
     modes: Modes | None
     processes: tuple[GpuProcess, ...]
     errors: tuple[tuple[str, str], ...] = ()
+    # The recovery the driver asks for ("none", "gpu_reset", "node_reboot", "drain_p2p",
+    # "drain_and_reset", ...; NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, set with XID 154); R570+ drivers.
+    recovery_action: Reading[str] = NOT_SUPPORTED
 
     @property
     def uuid(self) -> Reading[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["FaultError", "ParamSpec", "FaultSpec", "FAULT_KINDS", "DRIVER_ERRORS", "COMPUTE_MODES", "validate_params"]
+__all__ = ["FaultError", "ParamSpec", "FaultSpec", "FAULT_KINDS", "DRIVER_ERRORS", "COMPUTE_MODES", "RECOVERY_ACTIONS", "validate_params"]
 
 
 class FaultError(ValueError):
@@ -39,6 +39,11 @@ DRIVER_ERRORS: Mapping[str, int] = MappingProxyType(
         "no-data": 21,
         "gpu-not-found": 28,
     }
+)
+
+#: ``recovery-action`` names -> nvmlDeviceGpuRecoveryAction_t values (nvml.h, NVML_GPU_RECOVERY_ACTION_*).
+RECOVERY_ACTIONS: Mapping[str, int] = MappingProxyType(
+    {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
 )
 
 #: ``compute-mode`` names -> NVML_COMPUTEMODE_* values.
@@ -150,6 +155,13 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "HW thermal slowdown: reasons gain 0x8|0x40, temperature near slowdown, SM clock cut",
             ),
             FaultSpec("power-brake", "HW power brake: reasons gain 0x8|0x80, clocks cut"),
+            FaultSpec(
+                "recovery-action",
+                "the driver announces the recovery it needs: field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) "
+                "holds it, and XID 154 is delivered",
+                (ParamSpec("action", str, "gpu_reset", "the recovery action", choices=tuple(RECOVERY_ACTIONS)),),
+                xid=154,
+            ),
             FaultSpec(
                 "pcie-downtrain",
                 "current PCIe link width/generation drop",

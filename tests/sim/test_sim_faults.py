@@ -14,8 +14,19 @@ def test_every_kind_has_a_test():
     assert set(FAULT_KINDS) == {
         "xid", "ecc-uncorrectable", "row-remap-pending", "row-remap-failure", "gpu-lost", "nvlink-down",
         "nvlink-crc", "compute-mode", "memory-leak", "driver-error", "thermal-slowdown", "power-brake",
-        "pcie-downtrain", "ecc-contained", "nvlink-recovery",
-    }  # ecc-contained, nvlink-recovery and the NVLink replay coupling: test_sim_fault_couplings.py
+        "pcie-downtrain", "ecc-contained", "nvlink-recovery", "recovery-action",
+    }  # ecc-contained, nvlink-recovery and the NVLink replay coupling: test_sim_fault_couplings.py;
+    # recovery-action: tests/gpu/test_gpu_recovery_action.py and test_recovery_action_delivers_xid_154 here
+
+
+def test_recovery_action_delivers_xid_154(nvml, node):
+    event_set = N.nvmlEventSetCreate()
+    N.nvmlDeviceRegisterEvents(H(3), N.nvmlEventTypeXidCriticalError, event_set)
+    node.inject(3, "recovery-action", action="node_reboot")
+    data = N.nvmlEventSetWait(event_set, 100)
+    assert data.eventData == 154
+    with pytest.raises(FaultError, match="params.action"):
+        node.inject(3, "recovery-action", action="format_disk")
 
 
 def test_gpu_lost_only_that_gpu_and_clear(nvml, node):

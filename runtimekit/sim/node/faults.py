@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..events import LOST
-from ..faults import COMPUTE_MODES, DRIVER_ERRORS, FAULT_KINDS, FaultError, validate_params
+from ..faults import COMPUTE_MODES, DRIVER_ERRORS, FAULT_KINDS, RECOVERY_ACTIONS, FaultError, validate_params
 from .state import MiB, NodeCore, _Gpu
 
 __all__ = ["FaultsPart"]
@@ -124,6 +124,12 @@ class FaultsPart(NodeCore):
     def _fault(self, g: _Gpu, kind: str) -> dict | None:
         f = g.faults.get((kind,))
         return f["params"] if f else None
+
+    def recovery_action(self, gpu: int) -> int:
+        """The driver's announced recovery action for ``gpu`` (nvmlDeviceGpuRecoveryAction_t; 0: none)."""
+        with self._lock:
+            params = self._fault(self._gpus[gpu], "recovery-action")
+        return RECOVERY_ACTIONS[params["action"]] if params else 0
 
     def _lost(self, g: _Gpu) -> bool:
         if ("gpu-lost",) in g.faults:

@@ -50,6 +50,8 @@ class FieldValuesMixin(_LibraryBase):
                 vt, val = _ULL, int(sum(getattr(c, _LINK_TOTALS[fid])))
             elif fid == 91:  # NVLINK_LINK_COUNT
                 vt, val = _UINT, links
+            elif fid == 230:  # GET_GPU_RECOVERY_ACTION: what the driver asks for (0: none)
+                vt, val = _UINT, self.node.recovery_action(gpu)
             elif fid in per_link:
                 if not 0 <= scope < links:
                     put(fv, "nvmlReturn", INVALID_ARGUMENT)
