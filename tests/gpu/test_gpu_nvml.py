@@ -95,7 +95,7 @@ def test_failed_field_batch_makes_its_readings_errors(node, make_reader, patch_l
 @pytest.mark.parametrize(
     ("symbol", "check"),
     [
-        pytest.param("nvmlDeviceGetNvLinkErrorCounter", lambda gpu: all(l.crc_data_errors.reason == "error" for l in gpu.nvlinks),
+        pytest.param("nvmlDeviceGetNvLinkErrorCounter", lambda gpu: all(link.crc_data_errors.reason == "error" for link in gpu.nvlinks),
                      id="nvlink-error-counter"),
         pytest.param("nvmlDeviceGetMaxClockInfo", lambda gpu: gpu.limits.sm_clock_max_hertz.reason == "error",
                      id="limits-max-clock"),

@@ -182,9 +182,9 @@ def test_identity_is_read_once_and_counters_grow_between_cycles(make_node, make_
     clock.advance(30.0)
     second = reader.sample()
     assert lib.calls["nvmlDeviceGetUUID"] == lib.calls["nvmlDeviceGetSerial"] == 8
-    for before, after in zip(first.gpus, second.gpus):
+    for before, after in zip(first.gpus, second.gpus, strict=True):
         assert after.identity == before.identity
         assert after.power.energy_joules > before.power.energy_joules
         assert after.pcie.tx_bytes >= before.pcie.tx_bytes  # counters never go back (traffic may pause)
-        assert all(b.tx_bytes <= a.tx_bytes for b, a in zip(before.nvlinks, after.nvlinks))
+        assert all(b.tx_bytes <= a.tx_bytes for b, a in zip(before.nvlinks, after.nvlinks, strict=True))
         assert after.sampled_at == before.sampled_at + 30.0

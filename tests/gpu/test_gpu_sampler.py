@@ -12,10 +12,10 @@ import pytest
 
 from runtimekit import sim
 from runtimekit.gpu.types import NodeSnapshot
-
-SNAPSHOT = NodeSnapshot(1.0, 0.5, True, "", None, 0, ())
 from runtimekit.sampler import Sampler
 from runtimekit.state import NodeState
+
+SNAPSHOT = NodeSnapshot(1.0, 0.5, True, "", None, 0, ())
 
 TIMEOUT_S = 10.0
 
