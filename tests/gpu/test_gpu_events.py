@@ -140,3 +140,22 @@ def test_stop_is_prompt_while_waiting(node, start_watcher):
     watcher.stop()
     assert time.monotonic() - started < 2.0
     assert not watcher._thread.is_alive()
+
+
+def test_check_reports_a_thread_that_died_with_its_exception(node, start_watcher, monkeypatch):
+    def broken(self):
+        raise ValueError("a bug in the event loop")
+
+    monkeypatch.setattr(XidWatcher, "_build_set", broken)
+    watcher = start_watcher(Collector())
+    wait_until(lambda: not watcher._thread.is_alive())
+    with pytest.raises(RuntimeError, match="XID event thread died: ValueError: a bug in the event loop"):
+        watcher.check()
+
+
+def test_check_reports_a_thread_silent_for_longer_than_it_ever_waits(node, start_watcher):
+    watcher = start_watcher(Collector())
+    watcher.check()  # alive and beating
+    watcher.heartbeat_at -= watcher.liveness_seconds + 1  # as if stuck in nvmlEventSetWait
+    with pytest.raises(RuntimeError, match="silent for"):
+        watcher.check()
