@@ -19,6 +19,11 @@ calls NVML: polled checks read the sampler's snapshot, event checks read ``state
   every minute); both are read back at start.
 - A sample with NVML up is a full inventory of the node: the machine retires the records of GPUs
   no longer there (``machine.py``), so a replaced board leaves one health series per index.
+- A reboot is noticed at start (the saved boot id differs) and while running: on a new sample, at
+  most every ``boot_id_check_seconds``, the store reads the boot id again in its I/O thread
+  (never on the loop). A change — the node rebooted under a running agent, or ``runtimekit sim
+  reboot`` — is applied to that evaluation exactly as at start: faults that clear on a reboot or a
+  GPU reset clear, and the records of GPUs gone are retired.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtimekit.gpu.types import NodeSnapshot, is_available
-from runtimekit.healthcheck.machine import NODE, NODE_INDEX, STATE_ORDER, MachineInput, MachineState, Step, node_health, step
+from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
+from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.store import HealthStore, Loaded
 from runtimekit.healthcheck.types import DetectorInput, Finding
@@ -42,6 +47,7 @@ log = logging.getLogger("runtimekit.health")
 
 RunDetectors = Callable[[Mapping[str, Any], DetectorInput], "tuple[Mapping[str, Any], Sequence[Finding]]"]
 CHECK_FAILED = "health_check_failed"
+BOOT_ID_CHECK_SECONDS = 5.0  # how often (at most) a running checker reads the boot id again
 
 
 def reset_evidence(previous: NodeSnapshot | None, snapshot: NodeSnapshot) -> frozenset[str]:
@@ -50,20 +56,23 @@ def reset_evidence(previous: NodeSnapshot | None, snapshot: NodeSnapshot) -> fro
     ECC counts. Readings that are unavailable on either side prove nothing."""
     if previous is None:
         return frozenset()
-    before = {gpu.uuid: gpu for gpu in previous.gpus}
-    resets = set()
+    before = {uuid: gpu for gpu in previous.gpus if is_available(uuid := gpu.uuid)}
+    resets: set[str] = set()
     for gpu in snapshot.gpus:
-        old = before.get(gpu.uuid)
+        uuid = gpu.uuid
+        if not is_available(uuid):
+            continue  # a GPU without a UUID cannot be matched with its previous sample
+        old = before.get(uuid)
         if old is None or gpu.lost or old.lost:
             continue
-        pairs = []
+        pairs: list[tuple[Reading[float], Reading[float]]] = []
         if gpu.power is not None and old.power is not None:
             pairs.append((old.power.energy_joules, gpu.power.energy_joules))
         if gpu.ecc is not None and old.ecc is not None:
             pairs.append((old.ecc.corrected_volatile, gpu.ecc.corrected_volatile))
             pairs.append((old.ecc.uncorrected_volatile, gpu.ecc.uncorrected_volatile))
-        if any(is_available(a) and is_available(b) and b < a for a, b in pairs):  # type: ignore[operator]
-            resets.add(gpu.uuid)
+        if any(is_available(a) and is_available(b) and b < a for a, b in pairs):
+            resets.add(uuid)
     return frozenset(resets)
 
 
@@ -88,6 +97,7 @@ class HealthChecker:
         timeout_seconds: float = 2.0,
         expected_gpus: int | None = None,
         clock: Callable[[], float] = time.time,
+        boot_id_check_seconds: float = BOOT_ID_CHECK_SECONDS,
     ) -> None:
         self._state = state
         self._run_detectors = run_detectors
@@ -97,6 +107,8 @@ class HealthChecker:
         self._timeout = timeout_seconds
         self._configured_gpus = expected_gpus
         self._clock = clock
+        self._boot_id_check_seconds = boot_id_check_seconds
+        self._boot_id_checked_at = float("-inf")  # time.monotonic() of the last boot id read
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health")
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health-store")
         self._machine = MachineState()
@@ -127,6 +139,7 @@ class HealthChecker:
             self._detector_states = dict(loaded.detectors)
             self._expected_seen = loaded.expected_gpus
             self._boot_id_changed = loaded.boot_id_changed
+            self._boot_id_checked_at = time.monotonic()
             remembered = [f"GPU {r.index} ({r.uuid}) {r.state}" for r in loaded.state.gpus.values() if r.state != "healthy"]
             if remembered:
                 log.info("remembered health: %s", ", ".join(remembered))
@@ -157,6 +170,8 @@ class HealthChecker:
         now = self._clock()
         if snapshot.nvml_up:
             self._expected_seen = max(self._expected_seen, len(snapshot.gpus))
+        if sampled:
+            await self._check_boot_id()
         previous = self._previous if sampled else snapshot
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
@@ -173,9 +188,10 @@ class HealthChecker:
             findings, cpu = outcome.findings, outcome.cpu_seconds
         else:
             resets, sampled, cpu = frozenset(), False, 0.0
-            findings = (default_policy().finding(NODE_INDEX, NODE, CHECK_FAILED, failure),)
+            findings = (default_policy().node_finding(CHECK_FAILED, failure),)
+        identified = tuple((g.index, uuid) for g in snapshot.gpus if is_available(uuid := g.uuid))
         result = step(self._machine, MachineInput(
-            now=now, findings=findings, gpus=tuple((g.index, g.uuid) for g in snapshot.gpus if g.uuid),
+            now=now, findings=findings, gpus=identified,
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
             inventory=sampled and snapshot.nvml_up,
         ))
@@ -186,6 +202,24 @@ class HealthChecker:
         self._state.publish_health(node_health(result.state, now, cpu))
         self.evaluations += 1
         return True
+
+    async def _check_boot_id(self) -> None:
+        """Read the boot id again (in the store's I/O thread) if ``boot_id_check_seconds`` passed
+        since the last read; a change is applied by the next step, as a change found at load is."""
+        if self._store is None or time.monotonic() - self._boot_id_checked_at < self._boot_id_check_seconds:
+            return
+        self._boot_id_checked_at = time.monotonic()
+        future = asyncio.get_running_loop().run_in_executor(self._io, self._store.check_boot_id)
+        done, _ = await asyncio.wait((future,), timeout=self._timeout)
+        if not done:
+            future.add_done_callback(_consume)
+            log.warning("reading the boot id took more than %g s; trying again later", self._timeout)
+            return
+        if future.exception() is not None:  # check_boot_id handles OSError itself; anything else is a bug
+            log.error("reading the boot id failed", exc_info=future.exception())
+            return
+        if future.result():
+            self._boot_id_changed = True
 
     async def _detect(self, data: DetectorInput) -> tuple[_Outcome | None, str]:
         """Run the detectors in the worker thread within the timeout: (outcome, "") or (None, why)."""
@@ -246,12 +280,10 @@ def _consume(future: asyncio.Future) -> None:
 
 def _log_step(result: Step) -> None:
     for index, uuid, fault in result.new_faults:
-        who = "node" if uuid == NODE else f"GPU {index} ({uuid})"
-        log.info("%s: %s %s active (%s; clears: %s): %s", who, fault.severity, fault.fault, fault.action,
-                 fault.clears, fault.evidence)
+        log.info("%s: %s %s active (%s; clears: %s): %s", who(index, uuid), fault.severity, fault.fault,
+                 fault.action, fault.clears, fault.evidence)
     for index, uuid, fault in result.cleared:
-        who = "node" if uuid == NODE else f"GPU {index} ({uuid})"
-        log.info("%s: %s cleared", who, fault.fault)
+        log.info("%s: %s cleared", who(index, uuid), fault.fault)
     for index, uuid, why in result.retired:
         log.info("GPU %d (%s) retired: %s", index, uuid, why)
     for transition in result.transitions:

@@ -20,12 +20,15 @@ Rules (gpu-faults.md §6, §7):
   not an agent restart — clears a fault.
 - Event-only evaluations (an XID between two samples) add and refresh faults but never count as a
   clean sample: only a new sample can say a signal is gone.
-- Findings with ``gpu_index`` -1 are node-level (NVML down, fewer GPUs than expected, the checker
-  failing); they follow the same rules and make the node suspect or unhealthy by severity.
+- Node-level findings (``Finding.node_level``: no GPU index, no UUID — NVML down, fewer GPUs than
+  expected, the checker failing) go to the node's own record (``NodeRecord``, which has no GPU
+  identity); they follow the same rules and make the node suspect or unhealthy by severity. Their
+  event counts are kept apart (``node_fault_events_total``, by fault and severity).
 - Records have a lifecycle. When ``inventory`` says the input's ``gpus`` are every GPU on the node
   (a new sample with NVML up), the record of a GPU absent from it is *retired* — once it is
   healthy with no fault held, at a new boot (boot id changed), or at once when another GPU now
-  holds its index (a board replaced under RMA: a new UUID at the same index). A retired record is
+  holds its index (a board replaced under RMA: a new UUID at the same index). A GPU whose UUID is
+  unavailable is not in ``gpus`` (it has no identity to hold a record by) and holds no index. A retired record is
   kept (persisted, flagged retired) but leaves the verdict, so each GPU index has exactly one
   record in ``node_health``; a GPU that comes back, or a finding for it, brings it back.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 from runtimekit.healthcheck.types import (
     ACTIONS,
@@ -57,9 +61,6 @@ from runtimekit.healthcheck.types import (
     NodeHealth,
 )
 
-NODE = ""  # the uuid under which node-level faults and counters are kept
-NODE_INDEX = -1
-PLACEHOLDER = "unknown-gpu-"  # the reader's uuid for a GPU whose identity could not be read: holds no index
 STATE_ORDER = {HEALTHY: 0, RECOVERING: 1, SUSPECT: 2, UNHEALTHY: 3}  # worse is bigger
 
 FaultKey = tuple[str, "int | None"]  # (fault, gpu_instance_id)
@@ -76,21 +77,35 @@ class GpuRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """The node's own record: its node-level faults and the state they give it (no GPU identity)."""
+
+    state: str = HEALTHY
+    since: float = 0.0
+    faults: tuple[ActiveFault, ...] = ()
+
+
+Record = TypeVar("Record", GpuRecord, NodeRecord)
+
+
+@dataclass(frozen=True, slots=True)
 class MachineState:
     """Everything the machine remembers (and the store persists)."""
 
     gpus: Mapping[str, GpuRecord] = field(default_factory=lambda: MappingProxyType({}))  # by uuid
-    node: GpuRecord = field(default_factory=lambda: GpuRecord(NODE_INDEX, NODE))  # node-level faults
+    node: NodeRecord = field(default_factory=NodeRecord)  # node-level faults
     transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    # (uuid, fault, severity) of GPU faults; node-level faults by (fault, severity)
     fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    node_fault_events_total: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
 class MachineInput:
     """One evaluation's evidence.
 
-    ``gpus`` are (index, uuid) of the GPUs in the snapshot (lost ones included; a GPU that left
-    the snapshot keeps its record). ``sampled`` is False for an event-only evaluation (no new
+    ``gpus`` are (index, uuid) of the GPUs in the snapshot whose UUID is known (lost ones included;
+    a GPU that left the snapshot keeps its record). ``sampled`` is False for an event-only evaluation (no new
     sample: absence of a finding proves nothing). ``resets`` are the uuids of GPUs with evidence
     of a GPU reset since the previous sample (counters that went backwards); ``boot_id_changed``
     means the node rebooted since the state was saved (a reboot resets every GPU).
@@ -106,25 +121,32 @@ class MachineInput:
     inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
 
 
+def who(index: int | None, uuid: str | None) -> str:
+    """How logs name a GPU, or the node (index and uuid None)."""
+    return "node" if uuid is None else f"GPU {index} ({uuid})"
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
-    index: int
-    uuid: str
+    index: int | None  # None (with uuid None): the node
+    uuid: str | None
     from_state: str
     to_state: str
     reason: str  # the faults that drove it ("xid_79: XID 79 …"), or what cleared
 
     def describe(self) -> str:
-        who = "node" if self.uuid == NODE else f"GPU {self.index} ({self.uuid})"
-        return f"{who} {self.from_state} → {self.to_state}: {self.reason}"
+        return f"{who(self.index, self.uuid)} {self.from_state} → {self.to_state}: {self.reason}"
+
+
+FaultChange = tuple["int | None", "str | None", ActiveFault]  # (index, uuid, fault); None, None: the node
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     state: MachineState
     transitions: tuple[Transition, ...] = ()
-    new_faults: tuple[tuple[int, str, ActiveFault], ...] = ()  # (index, uuid, fault) that became active
-    cleared: tuple[tuple[int, str, ActiveFault], ...] = ()  # (index, uuid, fault) that cleared
+    new_faults: tuple[FaultChange, ...] = ()  # (index, uuid, fault) that became active
+    cleared: tuple[FaultChange, ...] = ()  # (index, uuid, fault) that cleared
     retired: tuple[tuple[int, str, str], ...] = ()  # (index, uuid, why) of records retired now
 
 
@@ -134,7 +156,7 @@ def step(state: MachineState, data: MachineInput) -> Step:
     node_findings: list[Finding] = []
     index_of = {uuid: index for index, uuid in data.gpus}
     for finding in data.findings:
-        if finding.gpu_index < 0 or not finding.uuid:
+        if finding.uuid is None or finding.gpu_index is None:
             node_findings.append(finding)
         else:
             by_gpu.setdefault(finding.uuid, []).append(finding)
@@ -148,24 +170,28 @@ def step(state: MachineState, data: MachineInput) -> Step:
             records[uuid] = replace(records[uuid], index=index, retired=False)
 
     transitions: list[Transition] = []
-    new_faults: list[tuple[int, str, ActiveFault]] = []
-    cleared: list[tuple[int, str, ActiveFault]] = []
+    new_faults: list[FaultChange] = []
+    cleared: list[FaultChange] = []
     events = dict(state.fault_events_total)
+    node_events = dict(state.node_fault_events_total)
     counts = dict(state.transitions_total)
 
-    def advance(record: GpuRecord, findings: list[Finding], reset: bool) -> GpuRecord:
+    def advance(record: Record, findings: list[Finding], reset: bool) -> Record:
         faults, added, gone = _merge(record.faults, findings, data, reset)
+        index, uuid = (record.index, record.uuid) if isinstance(record, GpuRecord) else (None, None)
         for fault in added:
-            key = (record.uuid, fault.fault, fault.severity)
-            events[key] = events.get(key, 0) + 1
-            new_faults.append((record.index, record.uuid, fault))
-        cleared.extend((record.index, record.uuid, fault) for fault in gone)
+            if uuid is None:
+                node_events[(fault.fault, fault.severity)] = node_events.get((fault.fault, fault.severity), 0) + 1
+            else:
+                key = (uuid, fault.fault, fault.severity)
+                events[key] = events.get(key, 0) + 1
+            new_faults.append((index, uuid, fault))
+        cleared.extend((index, uuid, fault) for fault in gone)
         new_state = _state_of(faults, record.state)
         if new_state != record.state:
-            transitions.append(Transition(record.index, record.uuid, record.state, new_state,
-                                          _reason(faults, gone, new_state)))
-            if record.uuid != NODE:
-                key = (record.uuid, record.state, new_state)
+            transitions.append(Transition(index, uuid, record.state, new_state, _reason(faults, gone, new_state)))
+            if uuid is not None:
+                key = (uuid, record.state, new_state)
                 counts[key] = counts.get(key, 0) + 1
             return replace(record, state=new_state, since=data.now, faults=faults)
         return replace(record, faults=faults)
@@ -184,6 +210,7 @@ def step(state: MachineState, data: MachineInput) -> Step:
             node=node,
             transitions_total=MappingProxyType(counts),
             fault_events_total=MappingProxyType(events),
+            node_fault_events_total=MappingProxyType(node_events),
         ),
         tuple(transitions),
         tuple(new_faults),
@@ -195,7 +222,7 @@ def step(state: MachineState, data: MachineInput) -> Step:
 def _retire(records: dict[str, GpuRecord], data: MachineInput, signalled: set[str]) -> list[tuple[int, str, str]]:
     """Retire (in ``records``) the records of GPUs absent from a full inventory; see the module docstring."""
     present = {uuid for _, uuid in data.gpus}
-    taken = {index: uuid for index, uuid in data.gpus if not uuid.startswith(PLACEHOLDER)}
+    taken = {index: uuid for index, uuid in data.gpus}  # a GPU without a UUID is not in data.gpus: holds no index
     out = []
     for uuid, record in records.items():
         if record.retired or uuid in present or uuid in signalled:
@@ -308,5 +335,6 @@ def node_health(state: MachineState, now: float, detector_seconds: float = 0.0) 
     return NodeHealth(
         evaluated_at=now, state=worst, action=strongest_action((_action(state.node.faults), *(g.action for g in gpus))),
         gpus=gpus, transitions_total=state.transitions_total, fault_events_total=state.fault_events_total,
-        detector_seconds=detector_seconds, faults=state.node.faults,
+        node_fault_events_total=state.node_fault_events_total, detector_seconds=detector_seconds,
+        faults=state.node.faults,
     )

@@ -166,10 +166,17 @@ class Policy:
 
     def finding(self, gpu_index: int, uuid: str, fault: str, evidence: str, gpu_instance_id: int | None = None,
                 policy: FaultPolicy | None = None) -> Finding:
-        """A finding of ``fault`` with its policy (or ``policy``, for XIDs that follow another's)."""
+        """A finding of ``fault`` on GPU ``gpu_index`` (``uuid``) with its policy (or ``policy``, for
+        XIDs that follow another's)."""
         p = policy or self.fault(fault)
         return Finding(gpu_index, uuid, fault, p.severity, p.action, evidence, p.clears, gpu_instance_id,
                        p.fault_class, p.schedulable)
+
+    def node_finding(self, fault: str, evidence: str, policy: FaultPolicy | None = None) -> Finding:
+        """A node-level finding of ``fault`` (no GPU: ``gpu_index`` and ``uuid`` are None)."""
+        p = policy or self.fault(fault)
+        return Finding(None, None, fault, p.severity, p.action, evidence, p.clears, None, p.fault_class,
+                       p.schedulable)
 
 
 def _fields(where: str, raw: Any, keys: Mapping[str, Key]) -> dict[str, Any]:

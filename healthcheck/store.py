@@ -1,10 +1,14 @@
 """The health checker's memory across agent restarts: one versioned JSON file in the state directory.
 
 An agent restart alone never clears a fault (gpu-faults.md §7.1, §7.7): per GPU uuid the file
-keeps the state, its ``since``, the active faults with ``first_seen``; the node-level faults; the
-node's boot id (``/proc/sys/kernel/random/boot_id`` by default — configurable, like every host
+keeps the state, its ``since``, the active faults with ``first_seen``; the node-level faults (the
+``node`` entry, which names no GPU); the node's boot id (``/proc/sys/kernel/random/boot_id`` by default — configurable, like every host
 path); the most GPUs ever seen (lost-card detection compares against it); the transition and
-fault-event counters.
+fault-event counters (per GPU by UUID; the node's in ``node_fault_events_total``).
+
+Schema version 2 gives the node its own shape; version 1 files (written before, with the node as
+a record at index -1 and uuid "", and its fault events under uuid "") are still read: the node
+entry and its counters are mapped over, and the next write is version 2.
 
 The detectors' state is persisted with the verdict (``detectors``: each detector's JSON-friendly
 state by name), so windows, baselines and burst counts survive an agent restart: the ECC
@@ -21,7 +25,9 @@ expected GPUs, durable detector state; not ``last_seen``, evidence wording or cl
 progress, which would make it a write per sample). A file that cannot be parsed is logged and set aside (renamed
 ``health.json.corrupt-<unix time>``), never fatal: the checker starts from nothing and the detectors
 see what is still there. On load, a boot id different from the saved one is reported as
-``boot_id_changed`` so the machine clears what a reboot clears (and logs it).
+``boot_id_changed`` so the machine clears what a reboot clears (and logs it); while the agent runs,
+``check_boot_id`` reads the boot id again (the checker calls it every few seconds) and reports a
+change the same way, so a reboot the agent did not see (``runtimekit sim reboot``) still counts.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ from types import MappingProxyType
 from typing import Any
 
 from runtimekit.healthcheck.detectors import DURABLE
-from runtimekit.healthcheck.machine import NODE, NODE_INDEX, GpuRecord, MachineState
+from runtimekit.healthcheck.machine import GpuRecord, MachineState, NodeRecord
 from runtimekit.healthcheck.types import SEVERITIES, STATES, ActiveFault
 
 log = logging.getLogger("runtimekit.health")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: the node as a record at index -1, uuid ""
 FILE_NAME = "health.json"
 DEFAULT_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 DETECTOR_SAVE_SECONDS = 60.0  # the longest the non-durable detector state on disk lags behind
@@ -78,15 +85,37 @@ class HealthStore:
         self._written_detectors: Any = None  # the detector states last written (or loaded)
         self._written_at = float("-inf")
         self._failing = False
+        self._boot_id_unreadable = False  # warned that the boot id cannot be read (once, until it can)
 
     # ---- reading -------------------------------------------------------------------------------
     def read_boot_id(self) -> str:
+        """The node's boot id now, "" when it cannot be read (warned once until it can)."""
         try:
-            return Path(self._boot_id_path).read_text().strip()
+            boot_id = Path(self._boot_id_path).read_text().strip()
         except OSError as error:
-            log.warning("cannot read the boot id from %s (%s): a reboot will not clear sticky faults",
-                        self._boot_id_path, error.strerror or error)
+            if not self._boot_id_unreadable:
+                log.warning("cannot read the boot id from %s (%s): a reboot will not clear sticky faults",
+                            self._boot_id_path, error.strerror or error)
+            self._boot_id_unreadable = True
             return ""
+        self._boot_id_unreadable = False
+        return boot_id
+
+    def check_boot_id(self) -> bool:
+        """Read the boot id again (blocking file I/O: call it from a thread) and say whether it
+        changed since ``load`` or the previous check: the node rebooted while the agent ran (or
+        ``runtimekit sim reboot`` wrote a new one). The new id is what the next ``save`` writes. An
+        unreadable boot id proves nothing; one readable for the first time is only remembered."""
+        boot_id = self.read_boot_id()
+        before = self._boot_id
+        if not boot_id or boot_id == before:
+            return False
+        self._boot_id = boot_id
+        if not before:
+            return False
+        log.info("boot id changed (%s → %s) while the agent runs: the node rebooted; faults cleared by a reboot "
+                 "or a GPU reset will clear", before, boot_id)
+        return True
 
     def load(self) -> Loaded:
         """The saved state, or an empty one (no file, or a corrupt one set aside)."""
@@ -199,12 +228,16 @@ def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: f
         "boot_id": boot_id,
         "expected_gpus": expected_gpus,
         "gpus": [_record(r) for r in sorted(state.gpus.values(), key=lambda r: (r.index, r.uuid))],
-        "node": _record(state.node),
+        "node": {"state": state.node.state, "since": state.node.since,
+                 "faults": [asdict(f) for f in state.node.faults]},
         "transitions_total": [
             {"uuid": u, "from": a, "to": b, "count": n} for (u, a, b), n in sorted(state.transitions_total.items())
         ],
         "fault_events_total": [
             {"uuid": u, "fault": f, "severity": s, "count": n} for (u, f, s), n in sorted(state.fault_events_total.items())
+        ],
+        "node_fault_events_total": [
+            {"fault": f, "severity": s, "count": n} for (f, s), n in sorted(state.node_fault_events_total.items())
         ],
         "detectors": dict(detectors or {}),
     }
@@ -220,42 +253,64 @@ _VOLATILE = ("last_seen", "evidence", "clean_samples")
 
 def _essential(doc: dict[str, Any]) -> Any:
     """What must be on disk: the document less saved_at and the per-sample fields of faults."""
-    def record(r: dict[str, Any]) -> Any:
-        return (r["index"], r["uuid"], r["state"], r["since"], r.get("retired", False),
+    def record(r: dict[str, Any]) -> Any:  # the node entry has no index and uuid (in version 1, -1 and "")
+        return (r.get("index"), r.get("uuid"), r["state"], r["since"], r.get("retired", False),
                 [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]])
-    return (doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]], record(doc["node"]),
-            doc["transitions_total"], doc["fault_events_total"])
+    return (doc.get("version"), doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]],
+            record(doc["node"]), doc["transitions_total"], doc["fault_events_total"],
+            doc.get("node_fault_events_total"))
 
 
 def decode(doc: Any) -> tuple[MachineState, int, str]:
     """(state, expected GPUs, saved boot id); raises ValueError/TypeError/KeyError on a bad file."""
     if not isinstance(doc, dict):
         raise StoreFormatError("not a JSON object")
-    if doc.get("version") != SCHEMA_VERSION:
-        raise StoreFormatError(f"schema version {doc.get('version')!r}, this agent reads {SCHEMA_VERSION}")
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
+        raise StoreFormatError(f"schema version {version!r}, this agent reads {', '.join(map(str, READABLE_VERSIONS))}")
     gpus = {}
     for item in doc["gpus"]:
         record = _decode_record(item)
         if not record.uuid:
             raise StoreFormatError("a GPU without uuid")
         gpus[record.uuid] = record
-    node = _decode_record(doc["node"])
-    node = GpuRecord(NODE_INDEX, NODE, node.state, node.since, node.faults)
+    node_item = doc["node"]
+    node = NodeRecord(_state(node_item["state"]), float(node_item["since"]), _decode_faults(node_item["faults"]))
     transitions = {(str(t["uuid"]), _state(t["from"]), _state(t["to"])): _count(t["count"])
                    for t in doc["transitions_total"]}
-    events = {(str(e["uuid"]), str(e["fault"]), _severity(e["severity"])): _count(e["count"])
-              for e in doc["fault_events_total"]}
+    events: dict[tuple[str, str, str], int] = {}
+    node_events: dict[tuple[str, str], int] = {}
+    for e in doc["fault_events_total"]:
+        uuid, key = str(e["uuid"]), (str(e["fault"]), _severity(e["severity"]))
+        if uuid:
+            events[(uuid, *key)] = _count(e["count"])
+        elif version == 1:  # version 1 kept the node's fault events under uuid ""
+            node_events[key] = node_events.get(key, 0) + _count(e["count"])
+        else:
+            raise StoreFormatError("a GPU fault event without uuid")
+    for e in doc.get("node_fault_events_total") or ():
+        key = (str(e["fault"]), _severity(e["severity"]))
+        node_events[key] = node_events.get(key, 0) + _count(e["count"])
     expected = _count(doc["expected_gpus"])
     boot_id = doc["boot_id"]
     if not isinstance(boot_id, str):
         raise StoreFormatError("boot_id: not a string")
-    state = MachineState(MappingProxyType(gpus), node, MappingProxyType(transitions), MappingProxyType(events))
+    state = MachineState(MappingProxyType(gpus), node, MappingProxyType(transitions), MappingProxyType(events),
+                         MappingProxyType(node_events))
     return state, expected, boot_id
 
 
 def _decode_record(item: dict[str, Any]) -> GpuRecord:
+    retired = item.get("retired", False)
+    if not isinstance(retired, bool):
+        raise StoreFormatError(f"retired: not true or false: {retired!r}")
+    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]),
+                     _decode_faults(item["faults"]), retired)
+
+
+def _decode_faults(items: Any) -> tuple[ActiveFault, ...]:
     faults = []
-    for f in item["faults"]:
+    for f in items:
         fault = ActiveFault(
             fault=str(f["fault"]), severity=_severity(f["severity"]), action=str(f["action"]),
             evidence=str(f["evidence"]), clears=str(f["clears"]), first_seen=float(f["first_seen"]),
@@ -266,11 +321,7 @@ def _decode_record(item: dict[str, Any]) -> GpuRecord:
             schedulable=None if f.get("schedulable") is None else bool(f["schedulable"]),
         )
         faults.append(fault)
-    retired = item.get("retired", False)
-    if not isinstance(retired, bool):
-        raise StoreFormatError(f"retired: not true or false: {retired!r}")
-    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]),
-                     tuple(faults), retired)
+    return tuple(faults)
 
 
 def _state(value: Any) -> str:

@@ -48,10 +48,15 @@ class Finding:
     attributable to one. Severity, action, clears, ``fault_class`` and ``schedulable`` come from the
     fault policy (``healthcheck/policy.yaml``, through ``policy.finding``); detectors never choose
     them.
+
+    ``gpu_index`` and ``uuid`` name the GPU; both are None for a node-level finding (NVML down,
+    fewer GPUs than the node is known to have, the checker failing, a lost GPU whose identity was
+    never read): build those with ``node_finding`` or ``Policy.node_finding``. A GPU-level finding
+    always has a real UUID (a GPU whose UUID is unavailable is never named by a made-up one).
     """
 
-    gpu_index: int
-    uuid: str
+    gpu_index: int | None  # None: node-level (and ``uuid`` is None too)
+    uuid: str | None  # None: node-level
     fault: str
     severity: str
     action: str
@@ -60,6 +65,18 @@ class Finding:
     gpu_instance_id: int | None = None
     fault_class: str = ""
     schedulable: bool | None = None  # None: derived from the severity (critical: not schedulable)
+
+    def __post_init__(self) -> None:
+        if (self.gpu_index is None) != (self.uuid is None):
+            raise ValueError(f"finding {self.fault}: gpu_index and uuid are both None (node-level) or both set, "
+                             f"got {self.gpu_index!r} and {self.uuid!r}")
+        if self.uuid == "":
+            raise ValueError(f"finding {self.fault}: an empty uuid (a node-level finding has uuid None)")
+
+    @property
+    def node_level(self) -> bool:
+        """True for a finding on the node rather than on one GPU."""
+        return self.uuid is None
 
 
 @dataclass(frozen=True, slots=True)

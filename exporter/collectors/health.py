@@ -95,10 +95,10 @@ class HealthCollector(CardCollector):
             node.add_metric([state], 1.0 if state == health.state else 0.0)
         for held in _unique(health.faults):
             node_active.add_metric(_policy_labels(held), 1.0)
+        for (fault, severity), count in sorted(health.node_fault_events_total.items()):
+            node_events.add_metric([fault, severity], float(count))
         for (uuid, fault, severity), count in sorted(health.fault_events_total.items()):
-            if not uuid:
-                node_events.add_metric([fault, severity], float(count))
-            elif uuid in index_of:
+            if uuid in index_of:
                 events.add_metric([index_of[uuid], uuid, fault, severity], float(count))
         for (uuid, before, after), count in sorted(health.transitions_total.items()):
             if uuid in index_of:

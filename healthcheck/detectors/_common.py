@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, is_available
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.types import ACTIONS, SEVERITIES, Finding
 
 CLEARS_ORDER = ("clean_samples", "gpu_reset", "node_reboot")
+T = TypeVar("T")
 MIN_READINGS = 2  # readings that confirm a condition before a duration threshold may fire
 
 
 def available(*values: Any) -> bool:
     """True when every value is a real reading (not Unavailable, not None)."""
     return all(v is not None and is_available(v) for v in values)
+
+
+def value_of(reading: T | Unavailable | None) -> T | None:
+    """The reading itself, or None when it is unavailable or absent (a type-narrowing ``available``)."""
+    if reading is None or not is_available(reading):
+        return None
+    return reading
 
 
 def clock(t: float) -> str:
@@ -38,8 +46,20 @@ def mib(n: float) -> str:
 
 
 def finding(gpu: GpuSnapshot, fault: str, evidence: str, gpu_instance_id: int | None = None) -> Finding:
-    """A finding of ``fault`` on ``gpu``, with the fault policy's severity, action, class and clearing."""
-    return default_policy().finding(gpu.index, gpu.uuid, fault, evidence, gpu_instance_id)
+    """A finding of ``fault`` on ``gpu``, with the fault policy's severity, action, class and clearing.
+
+    A GPU whose UUID the driver could not give has no identity to hold a record by: the finding is
+    then node-level, its evidence naming the GPU by index (``unidentified``)."""
+    if is_available(gpu.uuid):
+        return default_policy().finding(gpu.index, gpu.uuid, fault, evidence, gpu_instance_id)
+    return default_policy().node_finding(fault, f"{unidentified(gpu)}: {evidence}")
+
+
+def unidentified(gpu: GpuSnapshot) -> str:
+    """How evidence names a GPU whose UUID is unavailable: by its index, and why."""
+    uuid = gpu.uuid
+    why = uuid.reason if isinstance(uuid, Unavailable) else "unknown"
+    return f"GPU {gpu.index} (UUID unreadable: {why})"
 
 
 def held_for(run: Any, now: float, seconds: float) -> bool:
@@ -62,9 +82,9 @@ def extend_run(run: Any, condition: bool | None, at: float, new_sample: bool) ->
 
 
 def merge(findings: Iterable[Finding]) -> list[Finding]:
-    """One finding per (GPU, instance, fault): the strongest severity, action and clearing rule,
-    the evidence of all joined. Order of first appearance is kept."""
-    merged: dict[tuple[int, str, int | None, str], Finding] = {}
+    """One finding per (GPU or node, instance, fault): the strongest severity, action and clearing
+    rule, the evidence of all joined. Order of first appearance is kept."""
+    merged: dict[tuple[int | None, str | None, int | None, str], Finding] = {}
     for f in findings:
         key = (f.gpu_index, f.uuid, f.gpu_instance_id, f.fault)
         old = merged.get(key)
@@ -86,17 +106,42 @@ def merge(findings: Iterable[Finding]) -> list[Finding]:
     return list(merged.values())
 
 
-def readable_gpus(snapshot: NodeSnapshot | None) -> tuple[GpuSnapshot, ...]:
-    """The GPUs a per-GPU detector should judge: NVML up, the GPU not lost (lost_card owns those)."""
+class IdentifiedGpu(NamedTuple):
+    """A GPU snapshot whose UUID is known, with that UUID as a str: ``for uuid, gpu in …``."""
+
+    uuid: str
+    gpu: GpuSnapshot
+
+
+def readable_gpus(snapshot: NodeSnapshot | None) -> list[IdentifiedGpu]:
+    """The GPUs a per-GPU detector should judge, as (uuid, snapshot): NVML up, the GPU not lost
+    (lost_card owns those) and its UUID known — a GPU without one cannot be followed from sample to
+    sample (the driver detector reports its read errors)."""
     if snapshot is None or not snapshot.nvml_up:
-        return ()
-    return tuple(g for g in snapshot.gpus if not g.lost)
+        return []
+    return [g for g in identified(snapshot.gpus) if not g.gpu.lost]
+
+
+def identified(gpus: Iterable[GpuSnapshot]) -> list[IdentifiedGpu]:
+    """``gpus`` whose UUID is available, each with its UUID as a str."""
+    out = []
+    for gpu in gpus:
+        uuid = gpu.uuid
+        if is_available(uuid):
+            out.append(IdentifiedGpu(uuid, gpu))
+    return out
+
+
+def uuid_of(gpu: GpuSnapshot) -> str | None:
+    """The GPU's UUID, None when the driver could not give it."""
+    uuid = gpu.uuid
+    return uuid if is_available(uuid) else None
 
 
 def previous_by_uuid(previous: NodeSnapshot | None) -> dict[str, GpuSnapshot]:
     if previous is None or not previous.nvml_up:
         return {}
-    return {g.uuid: g for g in previous.gpus if not g.lost}
+    return {g.uuid: g.gpu for g in identified(previous.gpus) if not g.gpu.lost}
 
 
 def is_new_sample(state: Any, snapshot: NodeSnapshot) -> bool:

@@ -29,7 +29,7 @@ NVIDIA_SMI = {"default": "DEFAULT", "exclusive_thread": "EXCLUSIVE_THREAD", "pro
 def compute_mode(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     expected = for_detector(NAME, data.config)["expected"]
     findings: list[Finding] = []
-    for gpu in readable_gpus(data.snapshot):
+    for _, gpu in readable_gpus(data.snapshot):
         if gpu.modes is None or not available(gpu.modes.compute_mode):
             continue
         mode = gpu.modes.compute_mode

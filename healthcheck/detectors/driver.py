@@ -3,11 +3,13 @@ no other detector owns.
 
 Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
-- ``nvml_down`` on ``gpu_index -1`` (critical, reboot_node, clean_samples): NVML could not be
+- ``nvml_down``, node-level (critical, reboot_node, clean_samples): NVML could not be
   initialised; no GPU can be judged, and a failed probe is never "healthy" (§6 NVML/driver broken).
 - ``nvml_errors`` (warning, drain_and_reset_gpu): a GPU's readings failed with real NVML errors
   (``GpuSnapshot.errors``; "not supported" is not an error) without a break for
   ``error_seconds`` (sample times, two readings at least). Lost GPUs are the lost-card detector's.
+  A GPU whose UUID is unavailable is followed by its index, and its ``nvml_errors`` is node-level
+  (no GPU record can hold it; the evidence names the index).
 - ``xid_<code>``: one per XID the policy gives its own policy (not a detector fault). Application
   XIDs are info: they never change health on their own.
 - ``xid_<code>_repeated`` (the policy's ``xid_repeated``): an XID whose entry says
@@ -27,7 +29,7 @@ unreadable) take the strongest entry among the other XIDs on the same GPU within
 field, a driver asking for more than its companion XIDs imply is under-reported.
 
 State (JSON-friendly): ``at`` (the last sample counted), ``errors`` {uuid: [first seen,
-readings]}, ``bursts`` {uuid: {code: [[start, last, events, gpu_index], ...]}}, ``recent``
+readings]}, ``unidentified_errors`` {gpu index: [first seen, readings]} for GPUs without a UUID, ``bursts`` {uuid: {code: [[start, last, events, gpu_index], ...]}}, ``recent``
 {uuid: [[time, code], ...]} for companions.
 """
 
@@ -35,11 +37,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtimekit.gpu.types import GpuSnapshot
 from runtimekit.healthcheck.policy import REPEATED, default_policy
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, extend_run, finding, held_for, is_new_sample, merge
+from ._common import clock, extend_run, finding, held_for, identified, is_new_sample, merge, uuid_of, value_of
 
 NAME = "driver"
 MAX_LISTED = 5
@@ -55,13 +58,12 @@ RECOVERY_FAULTS = {
 }
 
 
-def recovery_action(gpu: Any) -> str | None:
+def recovery_action(gpu: GpuSnapshot) -> str | None:
     """The driver's recovery action for ``gpu`` ("none", "gpu_reset", ...), None when unreadable.
 
-    Read from ``GpuSnapshot.recovery_action`` (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION); a reader
-    without that field, or an Unavailable reading, gives None."""
-    value = getattr(gpu, "recovery_action", None)
-    return value if isinstance(value, str) and available(value) else None
+    Read from ``GpuSnapshot.recovery_action`` (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION); an Unavailable
+    reading (drivers before R570, or the field not supported) gives None."""
+    return value_of(gpu.recovery_action)
 
 
 def _duration(seconds: float) -> str:
@@ -77,6 +79,7 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     policy = default_policy()
     state = state or {}
     errors: dict[str, Any] = dict(state.get("errors") or {})
+    unidentified_errors: dict[str, Any] = dict(state.get("unidentified_errors") or {})
     bursts: dict[str, dict[str, list[list[float]]]] = {
         uuid: {code: [list(b) for b in items] for code, items in codes.items()}
         for uuid, codes in (state.get("bursts") or {}).items()
@@ -87,8 +90,8 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     at = state.get("at")
 
     if snapshot is not None and not snapshot.nvml_up:
-        findings.append(policy.finding(
-            -1, "", "nvml_down",
+        findings.append(policy.node_finding(
+            "nvml_down",
             f"NVML failed to initialise at {clock(snapshot.sampled_at)}: {snapshot.nvml_error or 'no error text'}; "
             "no GPU on the node can be checked",
         ))
@@ -97,12 +100,16 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
         fresh = is_new_sample(state, snapshot)
         at = snapshot.sampled_at if fresh else at
         seen: dict[str, Any] = {}
+        seen_unidentified: dict[str, Any] = {}
         for gpu in snapshot.gpus:
             if gpu.lost:
                 continue
-            run = extend_run(errors.get(gpu.uuid), bool(gpu.errors), gpu.sampled_at, fresh)
+            uuid = uuid_of(gpu)
+            runs, seen_runs, key = ((errors, seen, uuid) if uuid is not None
+                                    else (unidentified_errors, seen_unidentified, str(gpu.index)))
+            run = extend_run(runs.get(key), bool(gpu.errors), gpu.sampled_at, fresh)
             if run:
-                seen[gpu.uuid] = run
+                seen_runs[key] = run
             if run and held_for(run, gpu.sampled_at, need):
                 listed = ", ".join(f"{name} ({error})" for name, error in gpu.errors[:MAX_LISTED])
                 more = f" and {len(gpu.errors) - MAX_LISTED} more" if len(gpu.errors) > MAX_LISTED else ""
@@ -118,8 +125,9 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"the driver's recovery action is {action} (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) at "
                     f"{clock(gpu.sampled_at)}",
                 ))
-        errors = seen
-    field_read = {g.uuid for g in (snapshot.gpus if snapshot is not None else ()) if recovery_action(g) is not None}
+        errors, unidentified_errors = seen, seen_unidentified
+    field_read = {g.uuid for g in identified(snapshot.gpus if snapshot is not None else ())
+                  if recovery_action(g.gpu) is not None}
 
     # XIDs, oldest first; every code is remembered for companions, whichever detector owns it.
     window = config["companion_window_seconds"]
@@ -164,29 +172,30 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     # Forget what fell out of the windows, then escalate what still has enough bursts.
     horizon = data.now - config["app_xid_window_seconds"]
     kept: dict[str, dict[str, list[list[float]]]] = {}
-    for uuid, codes in bursts.items():
-        for code, items in codes.items():
+    for gpu_uuid, codes in bursts.items():
+        for xid_code, items in codes.items():
             items = [b for b in items if b[1] >= horizon]
             if items:
-                kept.setdefault(uuid, {})[code] = items
+                kept.setdefault(gpu_uuid, {})[xid_code] = items
     bursts = kept
     need = config["app_xid_bursts"]
     span = _duration(config["app_xid_window_seconds"])
-    for uuid, codes in bursts.items():
-        for code, items in codes.items():
+    for gpu_uuid, codes in bursts.items():
+        for xid_code, items in codes.items():
             if len(items) < need:
                 continue
-            entry = policy.xid(int(code))
+            entry = policy.xid(int(xid_code))
             listed = ", ".join(f"{clock(b[0])} ({int(b[2])} event{'s' if b[2] != 1 else ''})" for b in items[-MAX_LISTED:])
             earlier = f" and {len(items) - MAX_LISTED} earlier" if len(items) > MAX_LISTED else ""
             findings.append(policy.finding(
-                int(items[-1][3]), uuid, f"{entry.fault}_repeated",
-                f"XID {code} ({entry.meaning}) in {len(items)} bursts within {span} on this GPU (threshold {need}): "
+                int(items[-1][3]), gpu_uuid, f"{entry.fault}_repeated",
+                f"XID {xid_code} ({entry.meaning}) in {len(items)} bursts within {span} on this GPU (threshold {need}): "
                 f"{listed}{earlier}; recurring on one GPU points at the GPU, not the application",
                 policy=policy.fault(REPEATED),
             ))
     recent = {u: kept_r for u, rs in recent.items() if (kept_r := [r for r in rs if r[0] >= data.now - window])}
-    return {"at": at, "errors": errors, "bursts": bursts, "recent": recent}, merge(findings)
+    return ({"at": at, "errors": errors, "unidentified_errors": unidentified_errors, "bursts": bursts,
+             "recent": recent}, merge(findings))
 
 
 driver.name = NAME  # type: ignore[attr-defined]

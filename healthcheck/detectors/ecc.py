@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtimekit.gpu.types import GpuSnapshot
+from runtimekit.gpu.types import GpuSnapshot, is_available
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
@@ -124,7 +124,7 @@ def ecc(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     config = for_detector(NAME, data.config)
     policy = default_policy()
     state = state or {}
-    gpus = {g.uuid: g for g in readable_gpus(data.snapshot)}
+    gpus = {uuid: gpu for uuid, gpu in readable_gpus(data.snapshot)}
     new_state, findings = _counters(state, data, gpus, config["contained_xid_window_seconds"])
 
     for gpu in gpus.values():
@@ -158,13 +158,14 @@ def ecc(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     gpu, "retired_pages_pending",
                     "a page retirement is pending; reset the GPU at the next idle moment to apply it",
                 ))
-            if available(pages.single_bit_ecc, pages.double_bit_ecc):
-                total = pages.single_bit_ecc + pages.double_bit_ecc
+            single, double = pages.single_bit_ecc, pages.double_bit_ecc
+            if is_available(single) and is_available(double):
+                total = single + double
                 limit = config["retired_pages_limit"]
                 if total >= limit:
                     findings.append(finding(
                         gpu, "retired_pages_limit",
-                        f"{total} pages retired ({pages.single_bit_ecc} single-bit, {pages.double_bit_ecc} "
+                        f"{total} pages retired ({single} single-bit, {double} "
                         f"double-bit; limit {limit} of the 64 the GPU can retire)",
                     ))
 

@@ -43,7 +43,18 @@ from typing import Any
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, extend_run, finding, gib, held_for, is_new_sample, merge, readable_gpus
+from ._common import (
+    available,
+    clock,
+    extend_run,
+    finding,
+    gib,
+    held_for,
+    is_new_sample,
+    merge,
+    readable_gpus,
+    value_of,
+)
 
 NAME = "memory_leak"
 WINDOW_COVERAGE = 0.75  # the samples must span at least this share of the leak window
@@ -99,7 +110,7 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     old_procs = state.get("procs") or {}
     gpus = readable_gpus(data.snapshot)
     fresh = is_new_sample(state, data.snapshot)
-    visible = bool(state.get("visible")) or any(g.processes for g in gpus)
+    visible = bool(state.get("visible")) or any(g.processes for _, g in gpus)
     judge = visible or not config["require_visible_processes"]
     orphan: dict[str, list[float]] = {}
     ghost: dict[str, list[float]] = {}
@@ -109,22 +120,22 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     width = window / BUCKETS
     limit = config["leak_bytes_per_second"]
 
-    for gpu in gpus:
+    for uuid, gpu in gpus:
         listing_ok = not any(name == "processes" for name, _ in gpu.errors)
         mig = gpu.modes is not None and available(gpu.modes.mig_mode_current) and gpu.modes.mig_mode_current
         idle_list = listing_ok and not gpu.processes and not mig
         now = gpu.sampled_at
 
-        used = gpu.memory.used_bytes if gpu.memory is not None else None
-        held = [p.used_memory_bytes for p in gpu.processes]
-        readable = listing_ok and not mig and available(used) and all(available(h) for h in held)
+        used = value_of(gpu.memory.used_bytes) if gpu.memory is not None else None
+        held = [value for p in gpu.processes if (value := value_of(p.used_memory_bytes)) is not None]
+        readable = listing_ok and not mig and used is not None and len(held) == len(gpu.processes)
         # Memory no process accounts for: all of it with no process, else used minus the processes' sum.
-        unaccounted = used - sum(held) if readable else 0
-        run = extend_run(old_orphan.get(gpu.uuid), unaccounted >= config["orphan_used_bytes"] if readable else None,
+        unaccounted = used - sum(held) if readable and used is not None else 0
+        run = extend_run(old_orphan.get(uuid), unaccounted >= config["orphan_used_bytes"] if readable else None,
                          now, fresh)
         if run:
-            orphan[gpu.uuid] = run
-            if judge and readable and held_for(run, now, config["orphan_seconds"]):  # judged on a readable sample
+            orphan[uuid] = run
+            if judge and readable and used is not None and held_for(run, now, config["orphan_seconds"]):  # judged on a readable sample
                 whose = ("with no process on the GPU" if not gpu.processes else
                          f"of which {len(held)} processes hold {gib(sum(held))}, {gib(unaccounted)} held by none")
                 findings.append(finding(
@@ -133,26 +144,28 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"{gib(config['orphan_used_bytes'])} for {config['orphan_seconds']:g} s); reset the GPU when idle",
                 ))
 
-        busy = gpu.utilization.gpu if gpu.utilization is not None else None
-        readable = listing_ok and not mig and available(busy)
-        run = extend_run(old_ghost.get(gpu.uuid),
-                         (idle_list and busy >= config["ghost_utilization"]) if readable else None, now, fresh)
+        busy = value_of(gpu.utilization.gpu) if gpu.utilization is not None else None
+        readable = listing_ok and not mig and busy is not None
+        run = extend_run(old_ghost.get(uuid),
+                         (idle_list and busy >= config["ghost_utilization"]) if busy is not None and readable else None,
+                         now, fresh)
         if run:
-            ghost[gpu.uuid] = run
-            if judge and readable and held_for(run, now, config["ghost_seconds"]):
+            ghost[uuid] = run
+            if judge and readable and busy is not None and held_for(run, now, config["ghost_seconds"]):
                 findings.append(finding(
                     gpu, "gpu_ghost_busy",
                     f"GPU {busy:.0%} busy with no process since {clock(run[0])} ({now - run[0]:.0f} s; threshold "
                     f"{config['ghost_utilization']:.0%} for {config['ghost_seconds']:g} s); reset the GPU when idle",
                 ))
 
-        before = old_procs.get(gpu.uuid) or {}
+        before = old_procs.get(uuid) or {}
         now_procs: dict[str, tuple[Bucket, ...]] = {}
         for process in gpu.processes:
             key = str(process.pid)
             history = before.get(key, ())
-            if available(process.used_memory_bytes):
-                history = _record(history, now, float(process.used_memory_bytes), width, data.now - window)
+            process_used = value_of(process.used_memory_bytes)
+            if process_used is not None:
+                history = _record(history, now, float(process_used), width, data.now - window)
             if not history:
                 continue
             now_procs[key] = history
@@ -166,7 +179,7 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"threshold {_rate(limit)})",
                 ))
         if now_procs:
-            procs[gpu.uuid] = now_procs
+            procs[uuid] = now_procs
 
     at = data.snapshot.sampled_at if fresh else state.get("at")
     return {"at": at, "visible": visible, "orphan": orphan, "ghost": ghost, "procs": procs}, merge(findings)

@@ -48,7 +48,7 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     config = for_detector(NAME, data.config)
     before = previous_by_uuid(data.previous)
     findings: list[Finding] = []
-    for gpu in readable_gpus(data.snapshot):
+    for uuid, gpu in readable_gpus(data.snapshot):
         mig = gpu.modes is not None and available(gpu.modes.mig_mode_current) and gpu.modes.mig_mode_current
         expected = config["expected_active_links"]
         if expected is None and available(gpu.limits.nvlink_count):
@@ -64,7 +64,7 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"{len(up)} of {expected} expected NVLinks active{which} at {clock(gpu.sampled_at)}",
                 ))
 
-        old = before.get(gpu.uuid)
+        old = before.get(uuid)
         if old is None:
             continue
         grown = [(link, was, now) for link, was, now in _deltas(gpu, old, "recovery_errors") if now > was]

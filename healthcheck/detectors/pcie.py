@@ -20,27 +20,29 @@ State (JSON-friendly): ``at`` (the last sample counted), ``width`` and ``generat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from runtimekit.gpu.types import GpuSnapshot
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, extend_run, finding, held_for, is_new_sample, readable_gpus
+from ._common import clock, extend_run, finding, held_for, is_new_sample, readable_gpus, value_of
 
 NAME = "pcie"
 ADVICE = "reset the GPU to retrain the link; if it stays degraded, reseat or replace the riser"
 
 
-def _under_load(gpu: Any, config: dict[str, Any]) -> tuple[bool | None, str]:
+def _under_load(gpu: GpuSnapshot, config: Mapping[str, Any]) -> tuple[bool | None, str]:
     """(under load?, why); None when neither utilization nor P-state is readable."""
-    busy = gpu.utilization.gpu if gpu.utilization is not None else None
-    pstate = gpu.clocks.performance_state if gpu.clocks is not None else None
+    busy = value_of(gpu.utilization.gpu) if gpu.utilization is not None else None
+    pstate = value_of(gpu.clocks.performance_state) if gpu.clocks is not None else None
     known = False
-    if available(busy):
+    if busy is not None:
         known = True
         if busy >= config["load_utilization"]:
             return True, f"GPU {busy:.0%} busy"
-    if config["judge_in_p0"] and available(pstate):
+    if config["judge_in_p0"] and pstate is not None:
         known = True
         if pstate == 0:
             return True, "in P-state 0"
@@ -56,33 +58,32 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     findings: list[Finding] = []
     fresh = is_new_sample(state, data.snapshot)
     new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {}}
-    for gpu in readable_gpus(data.snapshot):
+    for uuid, gpu in readable_gpus(data.snapshot):
         link, limits = gpu.pcie, gpu.limits
-        width = link.width if link is not None else None
-        gen = link.generation if link is not None else None
+        width = value_of(link.width) if link is not None else None
+        gen = value_of(link.generation) if link is not None else None
+        max_width, max_gen = value_of(limits.pcie_max_width), value_of(limits.pcie_max_generation)
 
-        readable = available(width, limits.pcie_max_width)
-        run = extend_run((state.get("width") or {}).get(gpu.uuid), width < limits.pcie_max_width if readable else None,
-                         gpu.sampled_at, fresh)
+        narrow = width < max_width if width is not None and max_width is not None else None
+        run = extend_run((state.get("width") or {}).get(uuid), narrow, gpu.sampled_at, fresh)
         if run:
-            new["width"][gpu.uuid] = run
-        if run and readable and held_for(run, gpu.sampled_at, need):
+            new["width"][uuid] = run
+        if run and narrow is not None and held_for(run, gpu.sampled_at, need):
             findings.append(finding(
                 gpu, "pcie_width_degraded",
-                f"PCIe link at x{width} of x{limits.pcie_max_width} since {clock(run[0])} "
+                f"PCIe link at x{width} of x{max_width} since {clock(run[0])} "
                 f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
 
         load, why = _under_load(gpu, config)
-        readable = available(gen, limits.pcie_max_generation) and load is not None
-        run = extend_run((state.get("generation") or {}).get(gpu.uuid),
-                         bool(load and gen < limits.pcie_max_generation) if readable else None, gpu.sampled_at, fresh)
+        slow = bool(load and gen < max_gen) if gen is not None and max_gen is not None and load is not None else None
+        run = extend_run((state.get("generation") or {}).get(uuid), slow, gpu.sampled_at, fresh)
         if run:
-            new["generation"][gpu.uuid] = run
-        if run and readable and load and held_for(run, gpu.sampled_at, need):
+            new["generation"][uuid] = run
+        if run and slow is not None and load and held_for(run, gpu.sampled_at, need):
             findings.append(finding(
                 gpu, "pcie_generation_degraded",
-                f"PCIe link at Gen{gen} of Gen{limits.pcie_max_generation} while {why}, since {clock(run[0])} "
+                f"PCIe link at Gen{gen} of Gen{max_gen} while {why}, since {clock(run[0])} "
                 f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
     return new, findings

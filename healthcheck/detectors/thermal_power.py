@@ -77,14 +77,14 @@ def thermal_power(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     findings: list[Finding] = []
     fresh = is_new_sample(state, data.snapshot)
     new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "thermal": {}, "power": {}}
-    for gpu in readable_gpus(data.snapshot):
+    for uuid, gpu in readable_gpus(data.snapshot):
         reasons = gpu.clocks.event_reasons if gpu.clocks is not None else None
         now = gpu.sampled_at
         for kind, test in (("thermal", is_thermal), ("power", is_power_brake)):
-            run = extend_run((state.get(kind) or {}).get(gpu.uuid), test(reasons) if isinstance(reasons, int) else None,
+            run = extend_run((state.get(kind) or {}).get(uuid), test(reasons) if isinstance(reasons, int) else None,
                              now, fresh)
             if run:
-                new[kind][gpu.uuid] = run
+                new[kind][uuid] = run
             if not isinstance(reasons, int) or not run:
                 continue
             lasted = f"{_bits(reasons)} since {clock(run[0])} ({now - run[0]:.0f} s; reasons 0x{reasons:x})"

@@ -84,13 +84,17 @@ class GpuHealth:
 
 @dataclass(frozen=True, slots=True)
 class NodeHealth:
-    """The node's verdict: the worst GPU state, and per GPU health."""
+    """The node's verdict: the worst GPU state, and per GPU health.
+
+    Counters are kept per GPU (by UUID) and, for node-level faults, per node: the node is never
+    named by a GPU identity (no index, no UUID)."""
 
     evaluated_at: float
     state: str
     action: str
     gpus: tuple[GpuHealth, ...] = ()
-    transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, from, to)
-    fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, fault, severity)
+    transitions_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # GPU: (uuid, from, to)
+    fault_events_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # GPU: (uuid, fault, severity)
     detector_seconds: float = 0.0  # CPU the last evaluation took
     faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)
+    node_fault_events_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # node: (fault, severity)

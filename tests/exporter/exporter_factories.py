@@ -36,6 +36,7 @@ from runtimekit.gpu.types import (
     Thermal,
     Unavailable,
     Utilization,
+    XidEvent,
 )
 from runtimekit.state import NodeState, SamplerStats
 
@@ -119,11 +120,13 @@ def make_snapshot(gpus: tuple[GpuSnapshot, ...] | None = None, **overrides: Any)
 
 
 def make_state(snapshot: NodeSnapshot | None = None, *, xids: dict | None = None) -> NodeState:
+    """A NodeState with ``snapshot`` published and ``xids`` ({(gpu, uuid, code): count}) recorded."""
     state = NodeState()
+    for (index, uuid, code), count in (xids or {}).items():
+        for _ in range(count):
+            state.record_xid(XidEvent(gpu_index=index, uuid=uuid, xid=code, received_at=SAMPLED_AT - 1))
     if snapshot is not None:
         state.publish_snapshot(snapshot, SamplerStats(cycles_total=7, failures_total=1, last_duration_seconds=0.05, last_cpu_seconds=0.01))
-    if xids:
-        state.xid_counts = MappingProxyType(dict(xids))
     return state
 
 
@@ -261,8 +264,8 @@ def make_health(**overrides: Any):
         gpus=(GpuHealth(0, uuid_for(0), "healthy", since=EVALUATED_AT - 300),
               GpuHealth(1, uuid_for(1), "unhealthy", (xid79, thermal), since=EVALUATED_AT - 60, action="reboot_node")),
         transitions_total={(uuid_for(1), "healthy", "unhealthy"): 1},
-        fault_events_total={(uuid_for(1), "xid_79", "critical"): 1, (uuid_for(1), "thermal_slowdown", "warning"): 2,
-                            ("", "gpu_count_low", "critical"): 1},
+        fault_events_total={(uuid_for(1), "xid_79", "critical"): 1, (uuid_for(1), "thermal_slowdown", "warning"): 2},
+        node_fault_events_total={("gpu_count_low", "critical"): 1},
         detector_seconds=0.0015,
         faults=(ActiveFault("gpu_count_low", "critical", "reboot_node", "7 of 8 expected GPUs", "node_reboot",
                             first_seen=EVALUATED_AT - 60, last_seen=EVALUATED_AT),),

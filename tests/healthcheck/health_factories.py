@@ -169,11 +169,13 @@ def run_sequence(detector: Any, snapshots: Iterable[NodeSnapshot], *, config: Ma
     return state, per_sample
 
 
-def faults(found: Iterable[Finding]) -> set[tuple[int, str]]:
+def faults(found: Iterable[Finding]) -> set[tuple[int | None, str]]:
+    """(GPU index, fault) of each finding; None for a node-level one."""
     return {(f.gpu_index, f.fault) for f in found}
 
 
-def one(found: Iterable[Finding], fault: str, gpu: int = 0) -> Finding:
+def one(found: Iterable[Finding], fault: str, gpu: int | None = 0) -> Finding:
+    """The one finding of ``fault`` on GPU ``gpu`` (None: the node)."""
     matches = [f for f in found if f.fault == fault and f.gpu_index == gpu]
-    assert len(matches) == 1, f"{fault} on GPU {gpu}: {matches}"
+    assert len(matches) == 1, f"{fault} on {'the node' if gpu is None else f'GPU {gpu}'}: {matches}"
     return matches[0]

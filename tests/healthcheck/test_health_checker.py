@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -12,7 +13,7 @@ import time
 import pytest
 from exporter_factories import make_gpu, make_lost_gpu, make_snapshot, uuid_for
 
-from runtimekit.gpu.types import NOT_SUPPORTED, Ecc, Power, XidEvent
+from runtimekit.gpu.types import NOT_SUPPORTED, Ecc, Power, Unavailable, XidEvent
 from runtimekit.healthcheck.checker import CHECK_FAILED, HealthChecker, reset_evidence
 from runtimekit.healthcheck.store import HealthStore
 from runtimekit.healthcheck.types import (
@@ -167,11 +168,11 @@ async def test_clean_samples_clear_and_event_evaluations_do_not_count(tmp_path, 
     for t in (2.0, 3.0):
         await publish(state, snapshot(t))
         calls += 1
-        await until(lambda: running.checker.evaluations == calls)
+        await until(lambda calls=calls: running.checker.evaluations == calls)
         seen.append(gpu_state(state, 0))
         state.record_xid(XidEvent(1, uuid_for(1), 13, t))  # an XID between samples
         calls += 1
-        await until(lambda: running.checker.evaluations == calls)
+        await until(lambda calls=calls: running.checker.evaluations == calls)
         seen.append(gpu_state(state, 0))
     assert seen == [RECOVERING, RECOVERING, HEALTHY, HEALTHY]
     await running.stop()
@@ -281,7 +282,7 @@ async def test_each_transition_is_logged_once(tmp_path, boot_id, caplog):
         await until(lambda: gpu_state(state, 1) == UNHEALTHY)
         for t in (2.0, 3.0, 4.0):
             await publish(state, snapshot(t))
-            await until(lambda: running.checker.evaluations == t + 1)
+            await until(lambda t=t: running.checker.evaluations == t + 1)
     lines = [r for r in caplog.records if "→" in r.getMessage()]
     assert [r.getMessage() for r in lines] == [f"GPU 1 ({uuid_for(1)}) healthy → unhealthy: xid_79: XID 79"]
     assert lines[0].levelno == logging.WARNING
@@ -329,3 +330,84 @@ async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_p
     await until(lambda: len(detectors.calls) == 3)
     await until(lambda: gpu_state(state, 0) == HEALTHY)
     await running.stop()
+
+
+async def next_evaluation(state, running, snap):
+    """Publish ``snap`` and wait for the evaluation it starts."""
+    before = running.checker.evaluations
+    await publish(state, snap)
+    await until(lambda: running.checker.evaluations > before)
+
+
+async def test_a_reboot_while_running_clears_what_a_reboot_clears_and_retires_gpus_gone(tmp_path, boot_id, caplog):
+    """``runtimekit sim reboot`` (or a reboot the agent did not see) writes a new boot id while the
+    agent runs: the next sample applies it as a boot id change at start would."""
+    state, detectors = NodeState(), FakeDetectors()
+    running = await start(state, detectors, tmp_path, boot_id, boot_id_check_seconds=0)
+    three = (make_gpu(0), make_gpu(1), make_gpu(2))
+    await publish(state, snapshot(1.0, three))
+    await until(lambda: state.health is not None)
+    state.record_xid(XidEvent(1, uuid_for(1), 79, 1.5))
+    state.record_xid(XidEvent(2, uuid_for(2), 79, 1.5))
+    await until(lambda: gpu_state(state, 1) == UNHEALTHY and gpu_state(state, 2) == UNHEALTHY)
+    await next_evaluation(state, running, snapshot(2.0))  # GPU 2 is gone: sticky, so its record stays
+    await next_evaluation(state, running, snapshot(3.0))
+    assert [(g.index, g.state) for g in state.health.gpus] == [(0, HEALTHY), (1, UNHEALTHY), (2, UNHEALTHY)]
+
+    boot_id.write_text("boot-2\n")  # the agent keeps running
+    with caplog.at_level(logging.INFO, logger="runtimekit.health"):
+        await next_evaluation(state, running, snapshot(4.0))
+    assert [(g.index, g.state) for g in state.health.gpus] == [(0, HEALTHY), (1, HEALTHY)]
+    assert running.checker.machine.gpus[uuid_for(2)].retired
+    assert "boot id changed (boot-1 → boot-2) while the agent runs" in caplog.text
+    assert "absent after a reboot" in caplog.text
+    state.record_xid(XidEvent(1, uuid_for(1), 79, 4.5))  # a new fault after the reboot is held again
+    await until(lambda: gpu_state(state, 1) == UNHEALTHY)
+    await next_evaluation(state, running, snapshot(5.0))  # the same boot id: nothing clears
+    assert gpu_state(state, 1) == UNHEALTHY
+    await running.stop()
+    assert json.loads((tmp_path / "state" / "health.json").read_text())["boot_id"] == "boot-2"
+
+
+async def test_the_boot_id_is_read_at_most_every_boot_id_check_seconds(tmp_path, boot_id):
+    state, detectors = NodeState(), FakeDetectors()
+    running = await start(state, detectors, tmp_path, boot_id, boot_id_check_seconds=3600)
+    state.record_xid(XidEvent(1, uuid_for(1), 79, 0.5))
+    await next_evaluation(state, running, snapshot(1.0))
+    assert gpu_state(state, 1) == UNHEALTHY
+    boot_id.write_text("boot-2\n")
+    await next_evaluation(state, running, snapshot(2.0))
+    assert gpu_state(state, 1) == UNHEALTHY  # not read again yet
+    await running.stop()
+
+
+async def test_a_gpu_without_uuid_holds_no_record_and_node_findings_name_no_gpu(tmp_path, boot_id, caplog):
+    """A GPU whose UUID the driver could not give has no record (nothing to key it by); a node-level
+    finding reaches the node's own faults, never a GPU."""
+
+    class NodeLevel(FakeDetectors):
+        def __call__(self, states, data):
+            self.calls.append(data)
+            return {}, [Finding(None, None, "nvml_errors", WARNING, "none", "GPU 1 (UUID unreadable)",
+                                CLEARS_WHEN_CLEAN)]
+
+    state, detectors = NodeState(), NodeLevel()
+    running = await start(state, detectors, tmp_path, boot_id)
+    unreadable = make_gpu(1, identity=dataclasses.replace(make_gpu(1).identity, uuid=Unavailable("error", "x")))
+    with caplog.at_level(logging.INFO, logger="runtimekit.health"):
+        await next_evaluation(state, running, snapshot(1.0, (make_gpu(0), unreadable)))
+    assert [g.uuid for g in state.health.gpus] == [uuid_for(0)]
+    assert [f.fault for f in state.health.faults] == ["nvml_errors"] and state.health.state == SUSPECT
+    assert state.health.node_fault_events_total == {("nvml_errors", WARNING): 1}
+    assert all(uuid for uuid, _, _ in state.health.fault_events_total)
+    assert "node: warning nvml_errors active" in caplog.text and "node healthy → suspect" in caplog.text
+    await running.stop()
+
+
+def test_findings_are_node_level_or_name_a_real_gpu():
+    with pytest.raises(ValueError):
+        Finding(-1, "", "x", WARNING, "none", "", CLEARS_WHEN_CLEAN)
+    with pytest.raises(ValueError):
+        Finding(None, "GPU-1", "x", WARNING, "none", "", CLEARS_WHEN_CLEAN)
+    assert Finding(None, None, "x", WARNING, "none", "", CLEARS_WHEN_CLEAN).node_level
+    assert not Finding(0, "GPU-0", "x", WARNING, "none", "", CLEARS_WHEN_CLEAN).node_level

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from health_factories import T0, make_gpu, make_input, make_snapshot, uuid_for, with_, xid
 
-from runtimekit.gpu.types import GpuSnapshot, Unavailable
+from runtimekit.gpu.types import GpuSnapshot, Reading, Unavailable
 from runtimekit.healthcheck.detectors import run_detectors
 from runtimekit.healthcheck.detectors.driver import driver
 from runtimekit.healthcheck.machine import MachineInput, MachineState, node_health, step
@@ -89,17 +89,9 @@ def test_uncorrectable_xids_are_critical(code) -> None:
 
 # --- XID 154 and the driver's recovery action -------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class WithRecovery(GpuSnapshot):
-    """A GpuSnapshot carrying the field the reader is asked to add (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
-
-    recovery_action: object = "none"
-
-
-def recovering(action: object, at: float = T0) -> WithRecovery:
-    gpu = make_gpu(0, at=at)
-    return WithRecovery(**{f.name: getattr(gpu, f.name) for f in dataclasses.fields(GpuSnapshot)},
-                        recovery_action=action)
+def recovering(action: Reading[str], at: float = T0) -> GpuSnapshot:
+    """GPU 0 with the driver's recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) set to ``action``."""
+    return dataclasses.replace(make_gpu(0, at=at), recovery_action=action)
 
 
 @pytest.mark.parametrize(

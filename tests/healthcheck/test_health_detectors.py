@@ -32,7 +32,7 @@ from health_factories import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtimekit.gpu.types import GpuProcess
+from runtimekit.gpu.types import GpuProcess, Unavailable
 from runtimekit.healthcheck.detectors import DETECTORS, run_detectors
 from runtimekit.healthcheck.detectors.compute_mode import compute_mode
 from runtimekit.healthcheck.detectors.driver import driver
@@ -168,8 +168,8 @@ def test_vanished_gpu_is_named_from_the_previous_snapshot() -> None:
 
 def test_missing_gpu_without_history_is_a_node_level_finding() -> None:
     found = single(lost_card, node(make_gpu(0), make_gpu(1)), expected_gpus=8)
-    f = one(found, "gpu_count_low", -1)
-    assert f.uuid == "" and "2 of 8 expected" in f.evidence
+    f = one(found, "gpu_count_low", None)
+    assert f.node_level and f.uuid is None and "2 of 8 expected" in f.evidence
 
 
 def test_missing_gpu_is_inferred_from_state_after_restart_of_the_sample_stream() -> None:
@@ -187,7 +187,7 @@ def test_bus_id_change_is_a_missing_gpu() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["healthy", "nvml down", "unreadable placeholder", "count above expected", "bus unavailable"],
+    ["healthy", "nvml down", "uuid unavailable", "count above expected", "bus unavailable"],
 )
 def test_lost_card_negatives(case) -> None:
     before = node(make_gpu(0), make_gpu(1))
@@ -195,15 +195,53 @@ def test_lost_card_negatives(case) -> None:
     expected = 2
     if case == "nvml down":
         after = nvml_down(T0 + 10)
-    elif case == "unreadable placeholder":
-        placeholder = dataclasses.replace(make_gpu(1).identity, uuid="unknown-gpu-1", pci_bus_id=ERR)
-        after = node(make_gpu(0, at=T0 + 10), make_gpu(1, at=T0 + 10, identity=placeholder, errors=(("device", "x"),)))
+    elif case == "uuid unavailable":  # still enumerated, just unreadable: not missing
+        unreadable = dataclasses.replace(make_gpu(1).identity, uuid=ERR, pci_bus_id=ERR)
+        after = node(make_gpu(0, at=T0 + 10), make_gpu(1, at=T0 + 10, identity=unreadable, errors=(("device", "x"),)))
     elif case == "count above expected":
         expected = 1
     elif case == "bus unavailable":
         after = node(make_gpu(0, at=T0 + 10), make_gpu(1, at=T0 + 10, identity=dataclasses.replace(
             make_gpu(1).identity, pci_bus_id=NA)))
     assert single(lost_card, after, before, expected_gpus=expected) == []
+
+
+def no_uuid(gpu):
+    """``gpu`` as the reader gives a GPU whose UUID the driver could not give."""
+    return dataclasses.replace(gpu, identity=dataclasses.replace(gpu.identity, uuid=Unavailable("gpu_lost")))
+
+
+def test_a_lost_gpu_without_uuid_is_named_by_the_uuid_known_at_its_index() -> None:
+    found = single(lost_card, node(make_gpu(0, at=T0 + 10), no_uuid(make_lost_gpu(1, at=T0 + 10)), at=T0 + 10),
+                   node(make_gpu(0), make_gpu(1)))
+    f = one(found, "gpu_lost", 1)
+    assert f.uuid == uuid_for(1)
+
+
+def test_a_lost_gpu_never_identified_is_a_node_level_gpu_lost() -> None:
+    found = single(lost_card, node(make_gpu(0), no_uuid(make_lost_gpu(1))))
+    f = one(found, "gpu_lost", None)
+    assert f.uuid is None and "GPU 1 (UUID unreadable: gpu_lost)" in f.evidence and "GPU_IS_LOST" in f.evidence
+
+
+def test_read_errors_of_a_gpu_without_uuid_are_node_level() -> None:
+    _, per_sample = run_sequence(driver, series(lambda i, at: (make_gpu(0, at=at), no_uuid(make_gpu(
+        1, at=at, errors=(("uuid", "NVML_ERROR_UNKNOWN"),)))), 3))
+    assert [faults(f) for f in per_sample] == [set(), {(None, "nvml_errors")}, {(None, "nvml_errors")}]
+    assert "GPU 1 (UUID unreadable: gpu_lost)" in one(per_sample[1], "nvml_errors", None).evidence
+
+
+def test_per_gpu_detectors_skip_a_gpu_without_uuid() -> None:
+    """It cannot be followed from sample to sample: no run, no finding (the same GPU with its UUID fires)."""
+    def hot(gpu):
+        return with_(with_(gpu, "clocks", event_reasons=0x48), "thermal", gpu_celsius=93.0)
+
+    config = {"thermal_seconds": 10, "thermal_critical_seconds": 30}
+    _, per_sample = run_sequence(thermal_power, series(lambda i, at: (no_uuid(hot(make_gpu(1, at=at))),), 5),
+                                 config=config)
+    assert per_sample == [[]] * 5
+    _, per_sample = run_sequence(thermal_power, series(lambda i, at: (hot(make_gpu(1, at=at)),), 5), config=config)
+    assert per_sample[-1]
 
 
 def test_lost_gpu_recovery_means_no_more_findings() -> None:
@@ -312,8 +350,8 @@ def test_row_remap_pending_recovers_after_reset() -> None:
 
 def test_nvml_down_is_node_level_critical_and_recovers() -> None:
     _, per_sample = run_sequence(driver, [nvml_down(T0), nvml_down(T0 + 10), node(make_gpu(0, at=T0 + 20))])
-    f = one(per_sample[0], "nvml_down", -1)
-    assert (f.uuid, f.severity, f.action, f.clears) == ("", CRITICAL, REBOOT_NODE, CLEARS_WHEN_CLEAN)
+    f = one(per_sample[0], "nvml_down", None)
+    assert (f.gpu_index, f.uuid, f.severity, f.action, f.clears) == (None, None, CRITICAL, REBOOT_NODE, CLEARS_WHEN_CLEAN)
     assert "NVML_ERROR_DRIVER_NOT_LOADED" in f.evidence
     assert per_sample[2] == []
 
@@ -717,7 +755,10 @@ def test_power_brake_evidence_and_recovery() -> None:
 
 def test_thermal_becomes_critical_when_very_sustained() -> None:
     config = {"thermal_seconds": 10, "thermal_critical_seconds": 30}
-    hot = lambda i, at: (with_(with_(make_gpu(0, at=at), "clocks", event_reasons=0x48), "thermal", gpu_celsius=93.0),)
+
+    def hot(i, at):
+        return (with_(with_(make_gpu(0, at=at), "clocks", event_reasons=0x48), "thermal", gpu_celsius=93.0),)
+
     _, per_sample = run_sequence(thermal_power, series(hot, 5), config=config)
     assert [f[0].severity if f else None for f in per_sample] == [None, WARNING, WARNING, CRITICAL, CRITICAL]
     assert per_sample[-1][0].fault == "thermal_slowdown_sustained" and per_sample[-1][0].fault_class == "thermal"

@@ -145,14 +145,14 @@ def test_node_is_the_worst_gpu_and_node_level_findings_count():
     state, _, _ = run([(f(severity=WARNING, uuid=U1, index=1, action=NONE),)])
     health = node_health(state, 5.0)
     assert (health.state, [g.state for g in health.gpus]) == (SUSPECT, [HEALTHY, SUSPECT])
-    node_down = Finding(-1, "", "nvml_down", CRITICAL, REBOOT_NODE, "nvmlInit failed", CLEARS_WHEN_CLEAN)
+    node_down = Finding(None, None, "nvml_down", CRITICAL, REBOOT_NODE, "nvmlInit failed", CLEARS_WHEN_CLEAN)
     state, _, transitions = run([(node_down,)])
     health = node_health(state, 5.0)
     assert (health.state, health.action) == (UNHEALTHY, REBOOT_NODE)
     assert [g.state for g in health.gpus] == [HEALTHY, HEALTHY]
     assert [fault.fault for fault in health.faults] == ["nvml_down"]
     assert transitions[0].describe().startswith("node healthy → unhealthy: nvml_down")
-    assert state.fault_events_total == {("", "nvml_down", CRITICAL): 1}
+    assert state.fault_events_total == {} and state.node_fault_events_total == {("nvml_down", CRITICAL): 1}
     assert state.transitions_total == {}  # GPU transitions only
 
 

@@ -42,7 +42,7 @@ def unhealthy_state() -> MachineState:
         Finding(0, "GPU-0", "xid_79", CRITICAL, REBOOT_NODE, "XID 79", CLEARS_ON_REBOOT),
         Finding(1, "GPU-1", "ecc_uncorrectable", CRITICAL, "drain_and_reset_gpu", "DBE", CLEARS_ON_RESET),
         Finding(2, "GPU-2", "thermal", WARNING, "none", "hot", CLEARS_WHEN_CLEAN, gpu_instance_id=3),
-        Finding(-1, "", "gpu_count_low", CRITICAL, REBOOT_NODE, "7 of 8", CLEARS_ON_REBOOT),
+        Finding(None, None, "gpu_count_low", CRITICAL, REBOOT_NODE, "7 of 8", CLEARS_ON_REBOOT),
     )
     return step(MachineState(), MachineInput(now=100.0, findings=findings, gpus=GPUS)).state
 
@@ -56,7 +56,57 @@ def test_round_trip(tmp_path, boot_id):
     assert loaded.state == state
     assert (loaded.expected_gpus, loaded.boot_id, loaded.boot_id_changed) == (8, "boot-aaaa", False)
     doc = json.loads((tmp_path / "state" / FILE_NAME).read_text())
-    assert doc["version"] == 1 and doc["boot_id"] == "boot-aaaa"
+    assert doc["version"] == 2 and doc["boot_id"] == "boot-aaaa"
+    assert set(doc["node"]) == {"state", "since", "faults"}  # the node names no GPU
+    assert doc["node_fault_events_total"] == [{"fault": "gpu_count_low", "severity": CRITICAL, "count": 1}]
+    assert all(e["uuid"] for e in doc["fault_events_total"])
+
+
+# health.json as the agent wrote it before the node had its own shape (schema version 1): the node
+# a record at index -1 with uuid "", its fault events under uuid "".
+VERSION_1 = {
+    "version": 1, "saved_at": 100.0, "boot_id": "boot-aaaa", "expected_gpus": 8,
+    "gpus": [{"index": 0, "uuid": "GPU-0", "state": "unhealthy", "since": 100.0, "retired": False, "faults": [
+        {"fault": "xid_79", "severity": "critical", "action": "reboot_node", "evidence": "XID 79",
+         "clears": "node_reboot", "first_seen": 100.0, "last_seen": 100.0, "gpu_instance_id": None,
+         "clean_samples": 0, "fault_class": "bus", "schedulable": False}]}],
+    "node": {"index": -1, "uuid": "", "state": "unhealthy", "since": 100.0, "retired": False, "faults": [
+        {"fault": "gpu_count_low", "severity": "critical", "action": "reboot_node", "evidence": "7 of 8",
+         "clears": "node_reboot", "first_seen": 100.0, "last_seen": 100.0, "gpu_instance_id": None,
+         "clean_samples": 0, "fault_class": "bus", "schedulable": False}]},
+    "transitions_total": [{"uuid": "GPU-0", "from": "healthy", "to": "unhealthy", "count": 1}],
+    "fault_events_total": [{"uuid": "", "fault": "gpu_count_low", "severity": "critical", "count": 2},
+                           {"uuid": "GPU-0", "fault": "xid_79", "severity": "critical", "count": 1}],
+    "detectors": {"lost_card": {"known": {"GPU-0": [0, "00000000:18:00.0"]}}},
+}
+
+
+def test_a_version_1_file_still_loads_and_is_rewritten_as_version_2(tmp_path, boot_id):
+    path = tmp_path / "state" / FILE_NAME
+    path.parent.mkdir()
+    path.write_text(json.dumps(VERSION_1))
+    store = make_store(tmp_path, boot_id)
+    loaded = store.load()
+    state = loaded.state
+    assert (loaded.expected_gpus, loaded.boot_id_changed) == (8, False)
+    assert (state.node.state, [f.fault for f in state.node.faults]) == (UNHEALTHY, ["gpu_count_low"])
+    assert state.node_fault_events_total == {("gpu_count_low", CRITICAL): 2}
+    assert state.fault_events_total == {("GPU-0", "xid_79", CRITICAL): 1}
+    assert state.gpus["GPU-0"].faults[0].fault == "xid_79"
+    assert loaded.detectors == VERSION_1["detectors"]
+    assert store.save(state, loaded.expected_gpus, loaded.detectors)  # upgraded at the first save
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 2 and "index" not in doc["node"]
+    assert make_store(tmp_path, boot_id).load().state == state
+
+
+def test_a_gpu_fault_event_without_uuid_is_refused_in_version_2(tmp_path, boot_id):
+    path = tmp_path / "state" / FILE_NAME
+    path.parent.mkdir()
+    doc = {**VERSION_1, "version": 2, "node": {"state": "healthy", "since": 0.0, "faults": []}}
+    path.write_text(json.dumps(doc))
+    assert make_store(tmp_path, boot_id).load().state == MachineState()  # set aside
+    assert (tmp_path / "state" / f"{FILE_NAME}.corrupt-1234").exists()
 
 
 def test_writes_only_when_something_that_matters_changed(tmp_path, boot_id):
@@ -161,6 +211,32 @@ def test_boot_id_change_clears_reboot_and_reset_sticky_faults(tmp_path, boot_id)
     assert [f.fault for f in gpus["GPU-2"].faults] == ["thermal"]  # clears by clean samples, as before
     assert result.state.node.faults == ()
     assert {(t.uuid, t.to_state) for t in result.transitions} >= {("GPU-0", HEALTHY), ("GPU-1", HEALTHY)}
+
+
+def test_check_boot_id_reports_a_change_once_and_the_next_save_writes_it(tmp_path, boot_id, caplog):
+    store = make_store(tmp_path, boot_id)
+    store.load()
+    assert not store.check_boot_id()  # unchanged
+    boot_id.write_text("boot-bbbb\n")  # the node rebooted under the running agent
+    with caplog.at_level(logging.INFO, logger="runtimekit.health"):
+        assert store.check_boot_id()
+    assert "boot id changed (boot-aaaa → boot-bbbb) while the agent runs" in caplog.text
+    assert not store.check_boot_id()  # reported once
+    store.save(unhealthy_state(), 8)
+    assert json.loads((tmp_path / "state" / FILE_NAME).read_text())["boot_id"] == "boot-bbbb"
+    assert not make_store(tmp_path, boot_id).load().boot_id_changed  # a restart now is no second reboot
+
+
+def test_check_boot_id_unreadable_proves_nothing_and_warns_once(tmp_path, boot_id, caplog):
+    store = make_store(tmp_path, boot_id)
+    store.load()
+    boot_id.unlink()
+    with caplog.at_level(logging.WARNING, logger="runtimekit.health"):
+        assert not store.check_boot_id()
+        assert not store.check_boot_id()
+    assert caplog.text.count("cannot read the boot id") == 1
+    boot_id.write_text("boot-aaaa\n")
+    assert not store.check_boot_id()  # back, the same: no reboot
 
 
 def test_unwritable_directory_is_logged_once_and_not_fatal(tmp_path, boot_id, caplog):
