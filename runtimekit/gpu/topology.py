@@ -19,6 +19,7 @@ import pynvml
 
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.types import Reading, Unavailable, is_available
+from runtimekit.state.refs import normal_pci
 
 __all__ = ["GpuTopology", "NvLinkPeer", "read_topology", "NVLINK_GENERATIONS", "CPU_SET_WORDS"]
 
@@ -45,7 +46,7 @@ class NvLinkPeer:
 
     link: int
     remote_type: Reading[str]  # "switch", "gpu", "ibmnpu" or "unknown"
-    remote_pci_bus_id: Reading[str]  # "00000000:05:00.0" (upper case, as nvidia-smi prints it)
+    remote_pci_bus_id: Reading[str]  # "0000:05:00.0", the one spelling (runtimekit.state.refs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def _text(value: Any) -> str:
 
 
 def _bus_id(pci: Any) -> str:
-    return _text(pci.busId).upper()
+    return normal_pci(_text(pci.busId))
 
 
 def _cpus(words: Any) -> tuple[int, ...]:

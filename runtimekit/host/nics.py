@@ -22,7 +22,7 @@ class RdmaNic:
     port 1 rate in Gb/s (0 when unknown)."""
 
     name: str
-    pci_bus_id: str  # NVML form, "00000000:1A:00.0"
+    pci_bus_id: str  # the one spelling, "0000:1a:00.0" (runtimekit.state.refs)
     numa_node: int | None
     rate_gbps: int
 

@@ -14,28 +14,27 @@ Bus ids are NVML's format (``00000000:05:00.0``: 8-digit domain, upper case); sy
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from runtimekit.state.refs import normal_pci
 
 from .sysfs import DEFAULT_SYS_ROOT
 
 __all__ = ["normalise_bus_id", "pci_device_dir", "pci_numa_node", "pci_path", "pcie_switches_above"]
 
-_BDF = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
 def normalise_bus_id(bus_id: str) -> str | None:
-    """NVML's form of a PCI address ("0000:05:00.0" -> "00000000:05:00.0"); None if not one."""
-    m = _BDF.match(bus_id.strip())
-    if not m:
+    """The one spelling of a PCI address (``runtimekit.state.refs``: "0000:05:00.0", as sysfs
+    names devices) from any common one; None if ``bus_id`` is not a PCI address."""
+    try:
+        return normal_pci(bus_id)
+    except ValueError:
         return None
-    domain, bus, dev, fn = m.groups()
-    return f"{int(domain, 16):08X}:{bus.upper()}:{dev.upper()}.{fn}"
 
 
 def _sysfs_name(bus_id: str) -> str | None:
-    norm = normalise_bus_id(bus_id)
-    return None if norm is None else f"{norm[4:8]}:{norm[9:]}".lower()
+    return normalise_bus_id(bus_id)
 
 
 def pci_device_dir(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> Path | None:

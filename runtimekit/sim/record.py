@@ -26,7 +26,7 @@ from runtimekit.gpu.nvml import GpuLostError, NvmlSession
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.gpu.topology import GpuTopology, read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
-from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, rdma_nics
+from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, normalise_bus_id, numa_nodes, parse_cpulist, rdma_nics
 from runtimekit.state.refs import PciAddress
 
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
@@ -41,7 +41,6 @@ PLACEHOLDER_SWITCH = "unknown"
 UNKNOWN_SWITCH = "FFFFFFFF:FF:00.0"
 #: GB/s per direction per link, by NVLink generation (NVML has no per-link bandwidth query).
 _LINK_GBPS = {1: 20, 2: 25, 3: 25, 4: 25, 5: 50, 6: 100}
-_BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -89,7 +88,7 @@ def _sys_numa_nodes(sys_root: Path) -> list[dict[str, Any]]:
 def _sys_nics(sys_root: Path, numa_ids: set[int]) -> list[dict[str, Any]]:
     """RDMA NICs as scenario entries; a NIC with no NUMA node (or an unknown one) goes on the lowest."""
     return [
-        _Flow(name=n.name, pci_bus_id=_Q(n.pci_bus_id),
+        _Flow(name=n.name, pci_bus_id=_Q(_nvml_bus_id(n.pci_bus_id)),
               numa_node=n.numa_node if n.numa_node in numa_ids else min(numa_ids),
               pcie_switch=PLACEHOLDER_SWITCH, rate_gbps=n.rate_gbps)
         for n in rdma_nics(sys_root)
@@ -265,7 +264,7 @@ def _nvlinks(topo: GpuTopology, switches: list[str], notes: _Notes) -> list[int]
     out, unknown, other = [], [], []
     for peer in topo.nvlinks:
         bus = peer.remote_pci_bus_id
-        if not is_available(bus) or not _BUS_ID.match(bus):
+        if not is_available(bus) or normalise_bus_id(bus) is None:
             unknown.append(peer.link)
             bus = UNKNOWN_SWITCH
         elif is_available(peer.remote_type) and peer.remote_type != "switch":
@@ -386,7 +385,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
         },
         "models": models,
         "node": {"sockets": sockets or 1, "numa_nodes": numa},
-        "nvswitches": [_Flow(id=i, pci_bus_id=_Q(b)) for i, b in enumerate(switches)],
+        "nvswitches": [_Flow(id=i, pci_bus_id=_Q(b if b == UNKNOWN_SWITCH else _nvml_bus_id(b))) for i, b in enumerate(switches)],
         "nics": nics,
         "gpus": gpus,
         "load": {"profile": "training"},

@@ -12,6 +12,7 @@ from runtimekit.gpu.types import Unavailable, is_available
 from runtimekit.sim import SimulatedNode, install, load_scenario, record, uninstall
 from runtimekit.sim.record import UNKNOWN_SWITCH, record_scenario
 from runtimekit.sim.scenario import parse_scenario
+from runtimekit.state.refs import normal_pci
 
 NOT_SUPPORTED, DRIVER_NOT_LOADED = 3, 9
 
@@ -155,7 +156,7 @@ def test_topology_reads_through_the_session(installed):
     assert topo.cpu_affinity == tuple(range(56, 112)) + tuple(range(168, 224))
     assert [p.remote_type for p in topo.nvlinks] == ["switch"] * 18
     switches = load_scenario("dgx-h100").nvswitches
-    assert [p.remote_pci_bus_id for p in topo.nvlinks] == [switches[s].pci_bus_id for s in spec.nvlinks]
+    assert [p.remote_pci_bus_id for p in topo.nvlinks] == [normal_pci(switches[s].pci_bus_id) for s in spec.nvlinks]
 
 
 def test_nvlink_version_is_nvmls_enum_not_the_generation():
