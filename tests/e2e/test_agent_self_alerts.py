@@ -22,6 +22,7 @@ import yaml
 from aiohttp.test_utils import TestServer
 
 from runtimekit import config as config_module
+from runtimekit.exporter.collectors.thermal import ThermalCollector
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.healthcheck.checker import HealthChecker
 from runtimekit.service import build_app
@@ -79,6 +80,8 @@ async def agent_and_prometheus(tmp_path: Path) -> AsyncIterator[tuple[str, dict]
     alerts = {
         "stale": alert_reading("runtimekit_last_sample_timestamp_seconds"),
         "component": alert_reading("runtimekit_component_up"),
+        "collector": alert_reading("runtimekit_collector_success"),
+        "health_check": alert_reading("health_check_failed"),
     }
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [
         {"name": "self", "interval": "1s", "rules": [test_copy(rule) for rule in alerts.values()]}
@@ -124,3 +127,31 @@ async def test_component_down_alert_fires_when_a_component_keeps_dying(agent_and
     await until(lambda: firing(prometheus, name), 30, f"{name} to fire")
     labels = (await asyncio.to_thread(query, prometheus, f'ALERTS{{alertname="{name}"}}'))[0]["metric"]
     assert labels.get("component") == "health"
+
+
+async def test_collector_failing_alert_fires_when_a_collector_raises(agent_and_prometheus, monkeypatch):
+    prometheus, alerts = agent_and_prometheus
+    name = alerts["collector"]["alert"]
+    assert not await firing(prometheus, name)
+
+    def broken(self, view):
+        raise RuntimeError("injected: a bug in the thermal collector")
+
+    monkeypatch.setattr(ThermalCollector, "collect", broken)
+    await until(lambda: firing(prometheus, name), 30, f"{name} to fire")
+    labels = (await asyncio.to_thread(query, prometheus, f'ALERTS{{alertname="{name}"}}'))[0]["metric"]
+    assert labels.get("collector") == "thermal"
+    assert query(prometheus, 'runtimekit_gpu_power_draw_watts{gpu="0"}')  # the other collectors still export
+
+
+async def test_health_check_failing_alert_fires_when_the_detectors_fail(agent_and_prometheus, monkeypatch):
+    prometheus, alerts = agent_and_prometheus
+    name = alerts["health_check"]["alert"]
+    assert not await firing(prometheus, name)
+
+    def broken(state, data):
+        raise RuntimeError("injected: a detector bug")
+
+    broken.name = "broken"  # type: ignore[attr-defined]
+    monkeypatch.setattr("runtimekit.healthcheck.detectors.DETECTORS", (broken,))
+    await until(lambda: firing(prometheus, name), 30, f"{name} to fire")
