@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
-"""Scrape benchmark: Runtime Kit's agent against nvitop-exporter on the same simulated node.
+"""Scrape benchmark: Runtime Kit's agent and nvitop-exporter side by side on the same simulated node.
 
 Starts ``runtimekit serve --sim SCENARIO`` with N simulated GPU processes (in P simulated pods
-sharing the GPUs, with ``--pods``; attributed through the fake kubelet, CRI and /proc), then:
+sharing the GPUs, with ``--pods``; attributed through the fake kubelet, CRI and /proc, and judged
+by the health checker) and, at the same time, PyPI's nvitop-exporter on a simulated node of the same
+scenario and process count (installed below pynvml in its process, ``scripts/nvitop-on-sim``). Both
+run the same phases at the same moments, so their figures come from one run on one machine:
 
-1. idle phase (no scrapes, I seconds): the agent's CPU seconds per sampling cycle and its CPU
-   use as a share of one core, from psutil's process CPU times and the agent's own
-   ``runtimekit_samples_total``;
-2. scrape phase (C concurrent clients, D seconds, each asking as Prometheus does: OpenMetrics
-   preferred, gzip): p50/p99 scrape latency, bytes per scrape (plain and gzip), and the CPU share
-   while scraped — most of these scrapes are served from the exposition cache;
-3. periodic phase: one scrape per sampling interval, so each is the first to see a new sample
-   (the pattern of a Prometheus scrape loop): its median and maximum. The agent learns the period
-   and renders ahead of the expected scrape; the first scrape (no period known yet) pays the
-   render, and is the maximum.
+1. warm-up, ``--warmup`` seconds: steady state is reached by running long enough — the health
+   checker's longest history (the memory-leak detector's ``leak_window_seconds``, 600 s) fills in
+   real time; the default full run warms up 630 s. The agent's CPU per sampling cycle is measured
+   early in the warm-up and again at its end, to show whether it depends on uptime;
+2. idle, ``--idle`` seconds with no scraper at all: CPU share of one core, and the renders the agent
+   made (``runtimekit_exposition_renders_total``; must be 0);
+3. periodic, ``--periodic`` scrapes at exactly the sampling interval on an absolute schedule, asking
+   as Prometheus does (OpenMetrics, gzip): the headline CPU share, renders per scrape (after the
+   first three, which teach the agent the period), scrape latency p50 and max;
+4. gone, ``--idle`` seconds after that scraper stopped: renders made for a scraper that went away;
+5. concurrent, one exporter at a time: ``--concurrency`` clients scraping back to back for
+   ``--duration`` seconds: p50/p99 latency, bytes per scrape (plain and gzip).
 
-It then runs PyPI's nvitop-exporter on a simulated node of the same scenario (installed below
-pynvml in that process, ``scripts/nvitop-on-sim``) and measures it the same way, so the two
-CPU figures come from one run on one machine. The last line is ``RESULT key=value ...``.
+CPU is psutil's process CPU time over wall time; the agent's includes the simulator, which runs in
+its process (fake NVML, kubelet, CRI and /proc). The last line is ``RESULT key=value ...``.
 """
 
 from __future__ import annotations
@@ -32,13 +36,23 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+
+PLAIN = {"Accept-Encoding": "identity"}
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+_RENDERS = re.compile(rb'^runtimekit_exposition_renders_total\{trigger="(\w+)"\} (\S+)$', re.MULTILINE)
+_SAMPLES = re.compile(rb"^runtimekit_samples_total (\S+)$", re.MULTILINE)
 
 
 def free_port() -> int:
@@ -49,212 +63,252 @@ def free_port() -> int:
 
 @dataclass
 class Figures:
-    cpu_idle_ratio: float  # CPU seconds per wall second while not scraped (share of one core)
-    cpu_per_cycle_seconds: float  # idle CPU seconds divided by sampling cycles (nan if unknown)
-    cpu_scraped_ratio: float
-    p50_ms: float
-    p99_ms: float
-    scrapes: int
-    periodic_p50_ms: float  # a scrape that is the first to see a new sample: it pays the render
-    periodic_max_ms: float
-    bytes_plain: int
-    bytes_gzip: int
+    cpu_early_ms_per_cycle: float = float("nan")  # warm-up, early window
+    cpu_steady_ms_per_cycle: float = float("nan")  # end of the warm-up (history full)
+    cpu_idle_pct: float = float("nan")  # no scraper
+    renders_idle: float = float("nan")
+    cpu_periodic_pct: float = float("nan")  # one scraper at the sampling interval
+    renders_per_scrape: float = float("nan")
+    periodic_p50_ms: float = float("nan")
+    periodic_max_ms: float = float("nan")
+    renders_gone: float = float("nan")  # after the scraper left
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    scrapes: int = 0
+    bytes_plain: int = 0
+    bytes_gzip: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
-async def wait_ready(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
+class Exporter:
+    """One exporter process under measurement."""
+
+    def __init__(self, name: str, command: list[str], port: int) -> None:
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+        self.ps = psutil.Process(self.process.pid)
+        self.figures = Figures()
+
+    def cpu(self) -> float:
+        times = self.ps.cpu_times()
+        return times.user + times.system
+
+    async def wait_ready(self, session: aiohttp.ClientSession, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.stderr()}")
             try:
-                async with session.get(url) as response:
+                async with session.get(self.url, headers=PLAIN) as response:
                     if response.status == 200 and len(await response.read()) > 0:
                         return
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout} s")
+        raise RuntimeError(f"{self.url} not ready after {timeout} s")
 
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
-
-
-PLAIN = {"Accept-Encoding": "identity"}
-# What Prometheus 2.x sends when it scrapes.
-PROMETHEUS = {
-    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
-    "Accept-Encoding": "gzip",
-}
-
-
-async def samples_total(session: aiohttp.ClientSession, url: str) -> float | None:
-    async with session.get(url, headers=PLAIN) as response:
-        text = await response.text()
-    match = re.search(r"^runtimekit_samples_total (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
-
-
-async def periodic_scrapes(session: aiohttp.ClientSession, url: str, count: int, interval: float) -> list[float]:
-    """Scrape once per sampling interval (as Prometheus does): each scrape sees a new sample."""
-    latencies = []
-    for _ in range(count):
-        await asyncio.sleep(interval * 1.05)
-        started = time.perf_counter()
-        async with session.get(url, headers=PROMETHEUS) as response:
-            await response.read()
-        latencies.append(time.perf_counter() - started)
-    return sorted(latencies)
-
-
-async def measure(url: str, pid: int, *, concurrency: int, duration: float, idle: float, periodic: int,
-                  interval: float) -> Figures:
-    process = psutil.Process(pid)
-    async with aiohttp.ClientSession(auto_decompress=False) as session:
-        await asyncio.sleep(2.0)  # let start-up work settle
-        cycles_before = await samples_total(session, url)
-        cpu_before, wall_before = cpu_seconds(process), time.monotonic()
-        await asyncio.sleep(idle)
-        cpu_idle, wall_idle = cpu_seconds(process) - cpu_before, time.monotonic() - wall_before
-        cycles_after = await samples_total(session, url)
-        cycles = (cycles_after - cycles_before) if cycles_before is not None and cycles_after is not None else None
-
-        async with session.get(url, headers=PLAIN) as response:
-            plain = len(await response.read())
-        async with session.get(url, headers={"Accept-Encoding": "gzip"}) as response:
+    async def counters(self, session: aiohttp.ClientSession, headers: dict[str, str] = PLAIN) -> tuple[float | None, float | None]:
+        """(samples_total, renders_total) from one scrape (None where the exporter has no such metric)."""
+        async with session.get(self.url, headers=headers) as response:
             body = await response.read()
-            packed = len(body) if response.headers.get("Content-Encoding") == "gzip" else len(gzip.compress(body))
+            if response.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+        samples = _SAMPLES.search(body)
+        renders = _RENDERS.findall(body)
+        return (float(samples.group(1)) if samples else None,
+                sum(float(value) for _, value in renders) if renders else None)
 
-        latencies: list[float] = []
-        stop_at = time.monotonic() + duration
+    def stderr(self) -> str:
+        return self.process.stderr.read()[-4000:] if self.process.stderr is not None else ""
 
-        async def client() -> None:
-            while time.monotonic() < stop_at:
-                started = time.perf_counter()
-                async with session.get(url, headers=PROMETHEUS) as response:
-                    await response.read()
-                latencies.append(time.perf_counter() - started)
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
-        cpu_before, wall_before = cpu_seconds(process), time.monotonic()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        cpu_scraped, wall_scraped = cpu_seconds(process) - cpu_before, time.monotonic() - wall_before
-        periodic_latencies = await periodic_scrapes(session, url, periodic, interval)
 
+async def cycles_cpu(exporter: Exporter, session: aiohttp.ClientSession, seconds: float) -> float:
+    """CPU milliseconds per sampling cycle over ``seconds`` (nan without a cycle counter)."""
+    before, _ = await exporter.counters(session)
+    cpu = exporter.cpu()
+    await asyncio.sleep(seconds)
+    spent = exporter.cpu() - cpu
+    after, _ = await exporter.counters(session)
+    return spent * 1000 / (after - before) if before is not None and after is not None and after > before else float("nan")
+
+
+async def phases(exporter: Exporter, session: aiohttp.ClientSession, args: argparse.Namespace, start: float) -> None:
+    """Warm-up, idle, periodic and gone phases, on a schedule shared by both exporters."""
+    f = exporter.figures
+    loop = asyncio.get_running_loop()
+    window = min(20.0, max(2.0, args.warmup / 3))
+    f.cpu_early_ms_per_cycle = await cycles_cpu(exporter, session, window)
+    await asyncio.sleep(max(0.0, start + args.warmup - window - loop.time()))
+    f.cpu_steady_ms_per_cycle = await cycles_cpu(exporter, session, window)
+
+    # Idle: no scraper. The bracketing scrapes render once each (the second is counted out).
+    await asyncio.sleep(max(0.0, start + args.warmup + 1.0 - loop.time()))
+    _, renders_before = await exporter.counters(session)
+    cpu, wall = exporter.cpu(), time.monotonic()
+    await asyncio.sleep(args.idle)
+    f.cpu_idle_pct = (exporter.cpu() - cpu) / (time.monotonic() - wall) * 100
+    _, renders_after = await exporter.counters(session)
+    if renders_before is not None and renders_after is not None:
+        f.renders_idle = renders_after - renders_before - 1
+
+    # Periodic: one scraper at exactly the sampling interval, on an absolute schedule.
+    begin = start + args.warmup + args.idle + 3.0
+    await asyncio.sleep(max(0.0, begin - loop.time()))
+    latencies: list[float] = []
+    renders: list[float | None] = []
+    cpu, wall = exporter.cpu(), time.monotonic()
+    for k in range(args.periodic):
+        await asyncio.sleep(max(0.0, begin + k * args.interval - loop.time()))
+        started = time.perf_counter()
+        async with session.get(exporter.url, headers=PROMETHEUS) as response:
+            body = await response.read()
+            encoded = response.headers.get("Content-Encoding") == "gzip"
+        latencies.append(time.perf_counter() - started)
+        found = _RENDERS.findall(gzip.decompress(body) if encoded else body)
+        renders.append(sum(float(v) for _, v in found) if found else None)
+    f.cpu_periodic_pct = (exporter.cpu() - cpu) / (time.monotonic() - wall) * 100
+    f.periodic_p50_ms = statistics.median(latencies) * 1000
+    f.periodic_max_ms = max(latencies) * 1000
+    first, last = (renders[2], renders[-1]) if len(renders) > 3 else (None, None)
+    if first is not None and last is not None:
+        f.renders_per_scrape = (last - first) / (len(renders) - 3)
+
+    # Gone: the scraper stopped.
+    await asyncio.sleep(args.idle)
+    _, renders_gone = await exporter.counters(session)
+    if renders_gone is not None and last is not None:
+        f.renders_gone = renders_gone - last - 1
+
+
+async def concurrent(exporter: Exporter, session: aiohttp.ClientSession, args: argparse.Namespace) -> None:
+    f = exporter.figures
+    async with session.get(exporter.url, headers=PLAIN) as response:
+        f.bytes_plain = len(await response.read())
+    async with session.get(exporter.url, headers={"Accept-Encoding": "gzip"}) as response:
+        body = await response.read()
+        f.bytes_gzip = len(body) if response.headers.get("Content-Encoding") == "gzip" else len(gzip.compress(body))
+    latencies: list[float] = []
+    stop_at = time.monotonic() + args.duration
+
+    async def client() -> None:
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            async with session.get(exporter.url, headers=PROMETHEUS) as response:
+                await response.read()
+            latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(client() for _ in range(args.concurrency)))
     latencies.sort()
-    return Figures(
-        cpu_idle_ratio=cpu_idle / wall_idle,
-        cpu_per_cycle_seconds=cpu_idle / cycles if cycles else float("nan"),
-        cpu_scraped_ratio=cpu_scraped / wall_scraped,
-        p50_ms=statistics.median(latencies) * 1000,
-        p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-        scrapes=len(latencies),
-        periodic_p50_ms=statistics.median(periodic_latencies) * 1000,
-        periodic_max_ms=periodic_latencies[-1] * 1000,
-        bytes_plain=plain,
-        bytes_gzip=packed,
-    )
+    f.p50_ms = statistics.median(latencies) * 1000
+    f.p99_ms = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+    f.scrapes = len(latencies)
 
 
-def start(command: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-async def run_one(name: str, command: list[str], url: str, args: argparse.Namespace) -> Figures:
-    process = start(command)
-    try:
-        await wait_ready(url)
-        return await measure(url, process.pid, concurrency=args.concurrency, duration=args.duration, idle=args.idle,
-                             periodic=args.periodic, interval=args.interval)
-    except Exception:
-        stop(process)
-        sys.stderr.write(f"{name} failed; its stderr:\n{process.stderr.read()[-4000:]}\n")
-        raise
-    finally:
-        stop(process)
-
-
-def show(name: str, figures: Figures) -> None:
+def show(exporter: Exporter) -> None:
+    f = exporter.figures
     print(
-        f"{name:<16} idle CPU {figures.cpu_idle_ratio * 100:6.2f}% of a core"
-        f"  ({figures.cpu_per_cycle_seconds * 1000:7.2f} ms/cycle)"
-        f"  scraped CPU {figures.cpu_scraped_ratio * 100:6.1f}%"
-        f"  p50 {figures.p50_ms:6.2f} ms  p99 {figures.p99_ms:6.2f} ms  ({figures.scrapes} scrapes)"
-        f"  periodic p50 {figures.periodic_p50_ms:6.2f} ms  max {figures.periodic_max_ms:6.2f} ms"
-        f"  {figures.bytes_plain} B/scrape ({figures.bytes_gzip} B gzip)"
+        f"{exporter.name:<16} CPU/cycle early {f.cpu_early_ms_per_cycle:6.2f} ms, steady {f.cpu_steady_ms_per_cycle:6.2f} ms"
+        f" | idle {f.cpu_idle_pct:5.2f}% ({f.renders_idle:g} renders)"
+        f" | scraped at the interval {f.cpu_periodic_pct:5.2f}% of a core, {f.renders_per_scrape:.2f} renders/scrape,"
+        f" p50 {f.periodic_p50_ms:.2f} ms max {f.periodic_max_ms:.2f} ms"
+        f" | after the scraper left: {f.renders_gone:g} renders"
+        f" | {args_concurrency} clients: p50 {f.p50_ms:.2f} ms p99 {f.p99_ms:.2f} ms ({f.scrapes} scrapes)"
+        f" | {f.bytes_plain} B/scrape ({f.bytes_gzip} B gzip)"
     )
+
+
+args_concurrency = 4
 
 
 async def main() -> None:
+    global args_concurrency
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="dgx-h100")
     parser.add_argument("--processes", type=int, default=64, help="simulated GPU processes on the node")
     parser.add_argument("--pods", type=int, default=0, help="simulated pods sharing the GPUs (run the processes)")
-    parser.add_argument("--concurrency", type=int, default=4, help="concurrent scrapers")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of scraping")
-    parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measurement")
-    parser.add_argument("--interval", type=float, default=1.0, help="sampling interval of both agents")
-    parser.add_argument("--periodic", type=int, default=20, help="scrapes one sampling interval apart")
+    parser.add_argument("--warmup", type=float, default=630.0, help="seconds before measuring (steady state: history full)")
+    parser.add_argument("--idle", type=float, default=20.0, help="seconds of the idle and gone phases")
+    parser.add_argument("--periodic", type=int, default=60, help="scrapes at exactly the sampling interval")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent scrapers in the last phase")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of concurrent scraping")
+    parser.add_argument("--interval", type=float, default=1.0, help="sampling interval of both exporters")
     parser.add_argument("--no-nvitop", action="store_true", help="measure Runtime Kit only")
-    parser.add_argument("--quick", action="store_true", help="short phases: finishes in under 30 s")
+    parser.add_argument("--quick", action="store_true", help="short phases, no steady state: under 30 s")
     args = parser.parse_args()
     if args.quick:
-        args.duration, args.idle, args.periodic = 3.0, 4.0, 3
+        args.warmup, args.idle, args.periodic, args.duration = 3.0, 3.0, 8, 1.5
+    args_concurrency = args.concurrency
 
     python = sys.executable
+    exporters = []
     port = free_port()
-    ours = await run_one(
-        "runtimekit",
-        [python, "-m", "runtimekit.cli", "serve", "--sim", args.scenario, "--listen", f"127.0.0.1:{port}",
-         "--sim-processes", str(args.processes), "--sim-pods", str(args.pods), "--interval", str(args.interval), "--log-level", "warning",
-         "--state-dir", str(ROOT / ".state" / "bench")],
-        f"http://127.0.0.1:{port}/metrics",
-        args,
-    )
-    show("runtimekit", ours)
+    exporters.append(Exporter("runtimekit", [
+        python, "-m", "runtimekit.cli", "serve", "--sim", args.scenario, "--listen", f"127.0.0.1:{port}",
+        "--sim-processes", str(args.processes), "--sim-pods", str(args.pods), "--interval", str(args.interval),
+        "--log-level", "warning", "--state-dir", str(ROOT / ".state" / "bench")], port))
+    if not args.no_nvitop:
+        port = free_port()
+        exporters.append(Exporter("nvitop-exporter", [
+            python, str(ROOT / "scripts" / "nvitop-on-sim"), "--scenario", args.scenario,
+            "--processes", str(args.processes), "--", "--bind-address", "127.0.0.1", "--port", str(port),
+            "--interval", str(args.interval)], port))
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            await asyncio.gather(*(e.wait_ready(session) for e in exporters))
+            start = asyncio.get_running_loop().time()
+            await asyncio.gather(*(phases(e, session, args, start) for e in exporters))
+            for exporter in exporters:
+                await concurrent(exporter, session, args)
+    except Exception:
+        for exporter in exporters:
+            if exporter.process.poll() is not None:
+                sys.stderr.write(f"{exporter.name} exited; its stderr:\n{exporter.stderr()}\n")
+        raise
+    finally:
+        for exporter in exporters:
+            exporter.stop()
+
+    for exporter in exporters:
+        show(exporter)
+    ours = exporters[0].figures
     result = {
         "scenario": args.scenario,
         "processes": args.processes,
         "pods": args.pods,
-        "concurrency": args.concurrency,
-        "p50_ms": f"{ours.p50_ms:.2f}",
-        "p99_ms": f"{ours.p99_ms:.2f}",
+        "warmup_s": f"{args.warmup:g}",
+        "cpu_pct": f"{ours.cpu_periodic_pct:.2f}",
+        "cpu_idle_pct": f"{ours.cpu_idle_pct:.2f}",
+        "cpu_ms_per_cycle_early": f"{ours.cpu_early_ms_per_cycle:.2f}",
+        "cpu_ms_per_cycle_steady": f"{ours.cpu_steady_ms_per_cycle:.2f}",
+        "renders_per_scrape": f"{ours.renders_per_scrape:.2f}",
+        "renders_idle": f"{ours.renders_idle:g}",
+        "renders_after_scraper_left": f"{ours.renders_gone:g}",
         "periodic_p50_ms": f"{ours.periodic_p50_ms:.2f}",
         "periodic_max_ms": f"{ours.periodic_max_ms:.2f}",
+        "p50_ms": f"{ours.p50_ms:.2f}",
+        "p99_ms": f"{ours.p99_ms:.2f}",
         "bytes_per_scrape": ours.bytes_plain,
         "bytes_per_scrape_gzip": ours.bytes_gzip,
-        "cpu_idle_pct": f"{ours.cpu_idle_ratio * 100:.2f}",
-        "cpu_ms_per_cycle": f"{ours.cpu_per_cycle_seconds * 1000:.2f}",
-        "cpu_scraped_pct": f"{ours.cpu_scraped_ratio * 100:.1f}",
     }
-    if not args.no_nvitop:
-        port = free_port()
-        theirs = await run_one(
-            "nvitop-exporter",
-            [python, str(ROOT / "scripts" / "nvitop-on-sim"), "--scenario", args.scenario,
-             "--processes", str(args.processes), "--", "--bind-address", "127.0.0.1", "--port", str(port),
-             "--interval", str(args.interval)],
-            f"http://127.0.0.1:{port}/metrics",
-            args,
-        )
-        show("nvitop-exporter", theirs)
+    if len(exporters) > 1:
+        theirs = exporters[1].figures
         result.update(
+            nvitop_cpu_pct=f"{theirs.cpu_periodic_pct:.2f}",
+            nvitop_cpu_idle_pct=f"{theirs.cpu_idle_pct:.2f}",
             nvitop_p50_ms=f"{theirs.p50_ms:.2f}",
-            nvitop_p99_ms=f"{theirs.p99_ms:.2f}",
-            nvitop_periodic_p50_ms=f"{theirs.periodic_p50_ms:.2f}",
-            nvitop_cpu_idle_pct=f"{theirs.cpu_idle_ratio * 100:.2f}",
             nvitop_bytes_per_scrape=theirs.bytes_plain,
-            cpu_ratio_vs_nvitop=f"{ours.cpu_idle_ratio / theirs.cpu_idle_ratio:.3f}",
+            cpu_ratio_vs_nvitop=f"{ours.cpu_periodic_pct / theirs.cpu_periodic_pct:.3f}",
         )
     print("RESULT " + " ".join(f"{key}={value}" for key, value in result.items()))
 

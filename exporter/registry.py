@@ -1,23 +1,26 @@
 """The one table of collectors: name -> (factory, enabled by default, description).
 
 It produces the configuration switches (``{name: bool}``), the start-up line "enabled collectors: …"
-and the ``CollectorRegistry`` the exposition renders. Clock (unix time, for ages) and timer (for
-collector durations) are injectable so that golden expositions can be byte-for-byte stable.
+and the ``CollectorSet`` the exposition renders (one view at a time). The timer (for collector
+durations) is injectable so that golden expositions can be byte-for-byte stable; no collector
+reads a clock (times are exported as timestamps of the view).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 
-from runtimekit.exporter.collectors._common import Clock, Collector
+from runtimekit.exporter.collectors._common import Collector
 from runtimekit.exporter.collectors.attribution import AttributionCollector
 from runtimekit.exporter.collectors.clocks import ClocksCollector
+from runtimekit.exporter.collectors.components import ComponentsCollector
 from runtimekit.exporter.collectors.ecc import EccCollector
 from runtimekit.exporter.collectors.health import HealthCollector
 from runtimekit.exporter.collectors.info import InfoCollector
@@ -36,7 +39,7 @@ from runtimekit.exporter.collectors.xid import XidCollector
 from runtimekit.exporter.timing import LOG, CollectorSet
 from runtimekit.state import NodeState
 
-CollectorFactory = Callable[[NodeState, Clock], Collector]
+CollectorFactory = Callable[..., Collector]  # keyword options -> collector
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class CollectorSpec:
 # Order here is the order of families in the exposition.
 COLLECTORS: Mapping[str, CollectorSpec] = {
     "self": CollectorSpec(SelfCollector, True, "the agent itself: NVML up, sampler cycles and failures, snapshot age, build info"),
+    "components": CollectorSpec(ComponentsCollector, True, "supervised components: up, restarts, last success"),
     "info": CollectorSpec(InfoCollector, True, "GPU identity (runtimekit_gpu_info) and lost GPUs"),
     "utilization": CollectorSpec(UtilizationCollector, True, "GPU, memory, encoder and decoder busy ratios"),
     "memory": CollectorSpec(MemoryCollector, True, "framebuffer and BAR1 memory in bytes"),
@@ -86,10 +90,8 @@ def enabled_collectors(config: Mapping[str, bool] | None = None) -> tuple[str, .
 
 
 def build_collector_set(
-    state: NodeState,
     config: Mapping[str, bool] | None = None,
     *,
-    clock: Clock = time.time,
     timer: Callable[[], float] = time.perf_counter,
     logger: logging.Logger = LOG,
     options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -100,7 +102,7 @@ def build_collector_set(
     names = enabled_collectors(config)
     logger.info("enabled collectors: %s", ", ".join(names) if names else "(none)")
     options = options or {}
-    collectors = {name: COLLECTORS[name].factory(state, clock, **options.get(name, {})) for name in names}
+    collectors = {name: COLLECTORS[name].factory(**options.get(name, {})) for name in names}
     return CollectorSet(collectors, timer=timer, logger=logger)
 
 
@@ -108,12 +110,24 @@ def build_registry(
     state: NodeState,
     config: Mapping[str, bool] | None = None,
     *,
-    clock: Clock = time.time,
     timer: Callable[[], float] = time.perf_counter,
     logger: logging.Logger = LOG,
     options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CollectorRegistry:
-    """A fresh ``CollectorRegistry`` (never the global one) holding the enabled collectors."""
+    """A fresh ``CollectorRegistry`` (never the global one) rendering the enabled collectors over
+    ``state``'s latest view — for prometheus_client's own tools (``generate_latest``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(build_collector_set(state, config, clock=clock, timer=timer, logger=logger, options=options))
+    registry.register(ViewCollector(state, build_collector_set(config, timer=timer, logger=logger, options=options)))
     return registry
+
+
+class ViewCollector:
+    """prometheus_client's collector interface over a ``CollectorSet``: each ``collect()`` renders the
+    state's view at that moment."""
+
+    def __init__(self, state: NodeState, collectors: CollectorSet) -> None:
+        self._state = state
+        self.collectors = collectors
+
+    def collect(self) -> Iterable[Metric]:
+        return self.collectors.collect(self._state.view())

@@ -1,7 +1,7 @@
 """The shared wrapper every collector runs through: timing, failure isolation, transition logging.
 
-``CollectorSet`` is the one object registered in the ``CollectorRegistry``. On each collect it runs
-every named collector, materialising its families so that one that raises half-way contributes
+``CollectorSet`` is what the exposition renders. Each ``collect(view)`` runs every named collector
+over that one view, materialising its families so that one that raises half-way contributes
 nothing (its series vanish for that scrape; the others are unaffected), and then appends
 ``runtimekit_collector_duration_seconds{collector}`` and ``runtimekit_collector_success{collector}``.
 Failures are logged once per transition (ok -> failing, with the traceback; failing -> ok), never
@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from runtimekit.exporter.collectors._common import SAMPLED, Collector
+from runtimekit.state import NodeView
 
 LOG = logging.getLogger("runtimekit.exporter")
 
@@ -43,7 +44,7 @@ class CollectorSet:
     def names(self) -> tuple[str, ...]:
         return tuple(self._collectors)
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         duration = GaugeMetricFamily(
             "runtimekit_collector_duration_seconds",
             f"Seconds each collector took to build its families at render time. {SAMPLED}",
@@ -60,7 +61,7 @@ class CollectorSet:
             for name, collector in self._collectors.items():
                 start = self._timer()
                 try:
-                    families = list(collector.collect())
+                    families = list(collector.collect(view))
                 except Exception:  # noqa: BLE001 - one collector must never break the scrape
                     ok = False
                     families = []

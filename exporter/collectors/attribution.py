@@ -1,10 +1,10 @@
 """Attribution health: which sources (kubelet pod-resources, the CRI runtime, /proc) answered, and
-how old the published attribution is. Also the owner label helpers the process and pod collectors
+when the published attribution was last refreshed. Also the owner label helpers the process and pod collectors
 share.
 
 Everything here reads ``state.attribution`` (an ``AttributionSnapshot`` the attributor publishes
 after each sampling cycle). Before the first attribution, or with attribution switched off, these
-collectors yield nothing: ``absent(runtimekit_attribution_age_seconds)`` is how to alert on that.
+collectors yield nothing: ``absent(runtimekit_attribution_last_refresh_timestamp_seconds)`` is how to alert on that.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from prometheus_client.core import Metric
 
 from runtimekit.attribution.types import SOURCES, Owner
 from runtimekit.exporter.collectors._common import CardCollector, gauge, nonempty
+from runtimekit.state import NodeView
 
 # The Kubernetes owner of a series, outermost first. Always present on the families that carry
 # it: "" (which Prometheus treats exactly as an absent label) for a host process or one no source
@@ -39,8 +40,8 @@ def label_text(value: str) -> str:
 
 
 class AttributionCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
-        attribution = self._state.attribution
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        attribution = view.attribution
         if attribution is None:
             return
         up = gauge(
@@ -53,12 +54,11 @@ class AttributionCollector(CardCollector):
         others = sorted(name for name in attribution.sources if name not in SOURCES)
         for name in (*known, *others):
             up.add_metric([name], 1.0 if attribution.sources[name].up else 0.0)
-        age = gauge(
-            "runtimekit_attribution_age_seconds",
-            "Seconds between the last attribution refresh and when this exposition was rendered "
-            "(the exposition is cached until the next publication, so this is the age at render time).",
+        last = gauge(
+            "runtimekit_attribution_last_refresh_timestamp_seconds",
+            "Unix time of the last attribution refresh (AttributionSnapshot.refreshed_at); time() - this is its staleness.",
             labels=(),
             unit="seconds",
         )
-        age.add_metric([], max(0.0, self._clock() - attribution.refreshed_at))
-        yield from nonempty(up, age)
+        last.add_metric([], attribution.refreshed_at)
+        yield from nonempty(up, last)

@@ -9,6 +9,7 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
+from runtimekit.state import NodeView
 
 # nvmlClocksEventReason* bits, one series per reason (a stable, bounded label set).
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
@@ -25,7 +26,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
 
 
 class ClocksCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         clock_labels = (*GPU_LABELS, "clock")
         current = gauge("runtimekit_gpu_clock_hertz", "Current clock frequency in hertz, by clock domain (sm, memory, graphics).", labels=clock_labels, unit="hertz")
         maximum = gauge("runtimekit_gpu_clock_max_hertz", "Maximum clock frequency in hertz, by clock domain.", labels=clock_labels, unit="hertz")
@@ -35,7 +36,7 @@ class ClocksCollector(CardCollector):
             labels=(*GPU_LABELS, "reason"),
         )
         pstate = gauge("runtimekit_gpu_performance_state", "Performance state: 0 (maximum) to 15 (minimum).")
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             labels = gpu_labels(gpu)
             limits = gpu.limits
             add(maximum, [*labels, "sm"], limits.sm_clock_max_hertz)

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.state import NodeView
 
 
 class EccCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         enabled = gauge("runtimekit_gpu_ecc_enabled", "1 when ECC is enabled (current mode), else 0.")
         errors = gauge(
             "runtimekit_gpu_ecc_errors",
@@ -25,7 +26,7 @@ class EccCollector(CardCollector):
             "(volatile: since driver load; aggregate: board lifetime). Do not sum over counter.",
             labels=(*GPU_LABELS, "type", "counter"),
         )
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             e = gpu.ecc
             if e is None:
                 continue

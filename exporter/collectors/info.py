@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from prometheus_client.core import InfoMetricFamily, Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, SAMPLED, CardCollector, all_gpus, gauge, gpu_labels, nonempty, text
+from runtimekit.state import NodeView
 
 
 class InfoCollector(CardCollector):
@@ -17,8 +18,8 @@ class InfoCollector(CardCollector):
     and nvmlSystemGetCudaDriverVersion. An unavailable value is exported as "" (same as absent).
     """
 
-    def collect(self) -> Iterable[Metric]:
-        snapshot = self._state.snapshot
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        snapshot = view.snapshot
         if snapshot is None:
             return
         driver = snapshot.driver
@@ -30,7 +31,7 @@ class InfoCollector(CardCollector):
             labels=list(GPU_LABELS),
         )
         lost = gauge("runtimekit_gpu_lost", "1 when NVML reported the GPU lost (GPU_IS_LOST); its readings are then absent.")
-        for gpu in all_gpus(self._state):
+        for gpu in all_gpus(view):
             ident = gpu.identity
             info.add_metric(
                 gpu_labels(gpu),

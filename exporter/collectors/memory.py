@@ -8,6 +8,7 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
+from runtimekit.state import NodeView
 
 
 def _prefer(sampled: object, fallback: object) -> object:
@@ -15,7 +16,7 @@ def _prefer(sampled: object, fallback: object) -> object:
 
 
 class MemoryCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         used = gauge("runtimekit_gpu_memory_used_bytes", "Framebuffer memory allocated by processes, in bytes.", unit="bytes")
         free = gauge("runtimekit_gpu_memory_free_bytes", "Framebuffer memory free, in bytes.", unit="bytes")
         total = gauge("runtimekit_gpu_memory_total_bytes", "Framebuffer memory installed, in bytes.", unit="bytes")
@@ -23,7 +24,7 @@ class MemoryCollector(CardCollector):
         bar1_used = gauge("runtimekit_gpu_bar1_used_bytes", "BAR1 (host-mapped) memory in use, in bytes.", unit="bytes")
         bar1_free = gauge("runtimekit_gpu_bar1_free_bytes", "BAR1 (host-mapped) memory free, in bytes.", unit="bytes")
         bar1_total = gauge("runtimekit_gpu_bar1_total_bytes", "BAR1 (host-mapped) memory size, in bytes.", unit="bytes")
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             labels = gpu_labels(gpu)
             m = gpu.memory
             # Totals fall back to the value read at discovery when this cycle could not read them.

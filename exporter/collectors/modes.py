@@ -14,12 +14,13 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.gpu.types import is_available
+from runtimekit.state import NodeView
 
 COMPUTE_MODES: tuple[str, ...] = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 
 
 class ModesCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         compute = gauge(
             "runtimekit_gpu_compute_mode",
             "1 for the GPU's current compute mode, 0 for the others.",
@@ -31,7 +32,7 @@ class ModesCollector(CardCollector):
             "1 when MIG mode is enabled, by state (current; pending: takes effect after a GPU reset).",
             labels=(*GPU_LABELS, "state"),
         )
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             m = gpu.modes
             if m is None:
                 continue

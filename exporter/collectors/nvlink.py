@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.state import NodeView
 
 
 class NvLinkCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         link_labels = (*GPU_LABELS, "link")
         links = gauge("runtimekit_gpu_nvlink_links", "NVLinks the device has (NVML_FI_DEV_NVLINK_LINK_COUNT).")
         up = gauge("runtimekit_gpu_nvlink_up", "1 when the NVLink is active, else 0.", labels=link_labels)
@@ -22,7 +23,7 @@ class NvLinkCollector(CardCollector):
         )
         tx = counter("runtimekit_gpu_nvlink_tx_bytes_total", "NVLink data payload bytes transmitted since driver load.", labels=link_labels, unit="bytes")
         rx = counter("runtimekit_gpu_nvlink_rx_bytes_total", "NVLink data payload bytes received since driver load.", labels=link_labels, unit="bytes")
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             labels = gpu_labels(gpu)
             add(links, labels, gpu.limits.nvlink_count)
             for link in gpu.nvlinks:

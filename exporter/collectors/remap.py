@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.state import NodeView
 
 
 class RemapCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         retired = gauge(
             "runtimekit_gpu_retired_pages",
             "Framebuffer pages retired, by cause (single_bit_ecc, double_bit_ecc).",
@@ -25,7 +26,7 @@ class RemapCollector(CardCollector):
         )
         rows_pending = gauge("runtimekit_gpu_remapped_rows_pending", "1 when a row remap waits for a GPU reset to take effect.")
         rows_failure = gauge("runtimekit_gpu_remapped_rows_failure", "1 when a row remap has failed (the GPU needs service).")
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             labels = gpu_labels(gpu)
             rp = gpu.retired_pages
             if rp is not None:

@@ -9,19 +9,18 @@ from prometheus_client.core import InfoMetricFamily, Metric
 
 import runtimekit
 from runtimekit.exporter.collectors._common import CardCollector, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.state import NodeView
 
 
 class SelfCollector(CardCollector):
     """Always yields ``runtimekit_nvml_up`` (0 until the first snapshot with NVML initialised)."""
 
-    def __init__(self, *args, version: str = runtimekit.__version__, python_version: str | None = None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, version: str = runtimekit.__version__, python_version: str | None = None) -> None:
         self._build = {"version": version, "python_version": python_version or platform.python_version()}
 
-    def collect(self) -> Iterable[Metric]:
-        state = self._state
-        snapshot = state.snapshot
-        stats = state.sampler
+    def collect(self, view: NodeView) -> Iterable[Metric]:
+        snapshot = view.snapshot
+        stats = view.sampler
         up = gauge("runtimekit_nvml_up", "1 when the last sampling cycle could initialise NVML, else 0 (0 until the first cycle).", labels=())
         up.add_metric([], 1.0 if snapshot is not None and snapshot.nvml_up else 0.0)
         build = InfoMetricFamily("runtimekit_build", "Version of the agent and of the Python running it; the value is always 1.", labels=[])
@@ -34,14 +33,14 @@ class SelfCollector(CardCollector):
 
         if snapshot is None:
             return
-        age = gauge(
-            "runtimekit_snapshot_age_seconds",
-            "Seconds between the start of the last sampling cycle and when this exposition was rendered "
-            "(the exposition is cached until the next sample, so this is the age at render time).",
+        last = gauge(
+            "runtimekit_last_sample_timestamp_seconds",
+            "Unix time at which the last sampling cycle started (NodeSnapshot.sampled_at). A timestamp, not an "
+            "age: time() - this is the samples' staleness whatever exposition is served.",
             labels=(),
             unit="seconds",
         )
-        age.add_metric([], max(0.0, self._clock() - snapshot.sampled_at))
+        last.add_metric([], snapshot.sampled_at)
         duration = gauge("runtimekit_sample_duration_seconds", "Wall time the last sampling cycle took, in seconds.", labels=(), unit="seconds")
         duration.add_metric([], float(stats.last_duration_seconds))
         cpu = gauge("runtimekit_sample_cpu_seconds", "CPU time the last sampling cycle spent, in seconds.", labels=(), unit="seconds")
@@ -53,6 +52,6 @@ class SelfCollector(CardCollector):
             "runtimekit_gpu_reading_errors",
             "Readings of the last cycle that NVML answered with an error (GpuSnapshot.errors; names and errors are in the logs).",
         )
-        for gpu in live_gpus(state):
+        for gpu in live_gpus(view):
             reading_errors.add_metric(gpu_labels(gpu), float(len(gpu.errors)))
-        yield from nonempty(age, duration, cpu, gpus, reading_errors)
+        yield from nonempty(last, duration, cpu, gpus, reading_errors)

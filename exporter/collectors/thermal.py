@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.state import NodeView
 
 
 class ThermalCollector(CardCollector):
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         temp = gauge("runtimekit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.", unit="celsius")
         mem_temp = gauge("runtimekit_gpu_memory_temperature_celsius", "HBM temperature in degrees Celsius.", unit="celsius")
         threshold = gauge(
@@ -24,7 +25,7 @@ class ThermalCollector(CardCollector):
             unit="celsius",
         )
         fan = gauge("runtimekit_gpu_fan_speed_ratio", "Fan speed as a fraction of its maximum (0..1); absent on passively cooled boards.", unit="ratio")
-        for gpu in live_gpus(self._state):
+        for gpu in live_gpus(view):
             labels = gpu_labels(gpu)
             limits = gpu.limits
             add(threshold, [*labels, "slowdown"], limits.temperature_slowdown_celsius)

@@ -7,13 +7,14 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty, text
+from runtimekit.state import NodeView
 
 
 class XidCollector(CardCollector):
     """XID counts are events, not readings: they stay exported for a lost GPU (XID 79 is how it got lost)."""
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Metric]:
         xids = counter(
             "runtimekit_gpu_xid_errors_total",
             "XID errors reported by the driver since the agent started, by XID code "
@@ -21,6 +22,8 @@ class XidCollector(CardCollector):
             labels=(*GPU_LABELS, "xid"),
             sampled=False,
         )
-        for (index, uuid, code), count in sorted(self._state.xid_counts.items()):
+        # An unreadable UUID (a lost GPU) is an absent label, and never breaks the sort.
+        rows = sorted(((index, text(uuid), code), count) for (index, uuid, code), count in view.xid_counts.items())
+        for (index, uuid, code), count in rows:
             xids.add_metric([str(index), uuid, str(code)], float(count))
         yield from nonempty(xids)

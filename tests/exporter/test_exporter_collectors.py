@@ -43,7 +43,8 @@ G0 = {"gpu": "0", "uuid": uuid_for(0)}
 
 
 def collect(collector_cls, state, **kwargs):
-    return list(collector_cls(state, **kwargs).collect())
+    """The families ``collector_cls(**kwargs)`` yields for the state's current view."""
+    return list(collector_cls(**kwargs).collect(state.view()))
 
 
 def one_gpu_state(**overrides):
@@ -228,15 +229,15 @@ def test_self_before_first_snapshot_nvml_down():
     assert value(fams, "runtimekit_nvml_up") == 0.0
     assert value(fams, "runtimekit_samples_total") == 0
     assert value(fams, "runtimekit_build_info", version="9.9.9", python_version="3.11.0") == 1
-    assert "runtimekit_snapshot_age_seconds" not in names(fams)
+    assert "runtimekit_last_sample_timestamp_seconds" not in names(fams)
 
 
 def test_self_with_snapshot():
     gpu1 = make_gpu(1, errors=(("power", "NVML_ERROR_UNKNOWN"), ("ecc", "NVML_ERROR_TIMEOUT")))
     state = make_state(make_snapshot((make_gpu(0), gpu1)))
-    fams = collect(SelfCollector, state, clock=lambda: SAMPLED_AT + 4.25)
+    fams = collect(SelfCollector, state)
     assert value(fams, "runtimekit_nvml_up") == 1.0
-    assert value(fams, "runtimekit_snapshot_age_seconds") == 4.25
+    assert value(fams, "runtimekit_last_sample_timestamp_seconds") == SAMPLED_AT  # a timestamp, not an age
     assert value(fams, "runtimekit_sample_duration_seconds") == 0.05
     assert value(fams, "runtimekit_samples_total") == 7
     assert value(fams, "runtimekit_sample_failures_total") == 1
@@ -245,8 +246,23 @@ def test_self_with_snapshot():
     assert value(fams, "runtimekit_gpu_reading_errors", gpu="0") == 0
 
 
+def test_collectors_are_pure_functions_of_the_view():
+    """Same view, same families: no clock, no state of their own (a later publication changes nothing
+    in a view already taken)."""
+    state = make_state(make_snapshot(), xids={(0, uuid_for(0), 79): 1})
+    view = state.view()
+    for cls in CARD_COLLECTORS + [InfoCollector, XidCollector, SelfCollector]:
+        first = samples_of(cls().collect(view))
+        state.publish_snapshot(make_snapshot((make_gpu(0, power=None),)), SamplerStats(cycles_total=99))
+        assert samples_of(cls().collect(view)) == first, cls.__name__
+
+
+def samples_of(families):
+    return [(s.name, s.labels, s.value) for f in families for s in f.samples]
+
+
 def test_self_nvml_down_snapshot():
     state = make_state(make_snapshot((), nvml_up=False, nvml_error="NVML_ERROR_DRIVER_NOT_LOADED", driver=None))
-    fams = collect(SelfCollector, state, clock=lambda: SAMPLED_AT)
+    fams = collect(SelfCollector, state)
     assert value(fams, "runtimekit_nvml_up") == 0.0
     assert "runtimekit_gpus" not in names(fams)

@@ -9,7 +9,14 @@ from exporter_factories import make_snapshot, make_state, names, value
 from prometheus_client import generate_latest
 
 from runtimekit.exporter.collectors.self import SelfCollector
-from runtimekit.exporter.registry import COLLECTOR_NAMES, COLLECTORS, build_registry, enabled_collectors
+from runtimekit.exporter.registry import (
+    COLLECTOR_NAMES,
+    COLLECTORS,
+    ViewCollector,
+    build_collector_set,
+    build_registry,
+    enabled_collectors,
+)
 from runtimekit.exporter.timing import CollectorSet
 
 
@@ -54,7 +61,7 @@ class Boom:
     def __init__(self):
         self.fail = True
 
-    def collect(self):
+    def collect(self, view):
         from prometheus_client.core import GaugeMetricFamily
 
         g = GaugeMetricFamily("runtimekit_boom_partial", "half-built")
@@ -69,11 +76,11 @@ def test_failing_collector_costs_only_its_own_series(caplog):
     state = make_state(make_snapshot())
     boom = Boom()
     ticks = iter(range(1000))
-    cs = CollectorSet({"memory": COLLECTORS["memory"].factory(state, lambda: 0.0), "boom": boom, "self": SelfCollector(state)},
+    cs = CollectorSet({"memory": COLLECTORS["memory"].factory(), "boom": boom, "self": SelfCollector()},
                       timer=lambda: float(next(ticks)))
     with caplog.at_level(logging.INFO, logger="runtimekit.exporter"):
         for _ in range(3):
-            fams = list(cs.collect())
+            fams = list(cs.collect(state.view()))
             assert value(fams, "runtimekit_collector_success", collector="boom") == 0.0
             assert value(fams, "runtimekit_collector_success", collector="memory") == 1.0
             assert value(fams, "runtimekit_collector_duration_seconds", collector="boom") == 1.0
@@ -83,8 +90,8 @@ def test_failing_collector_costs_only_its_own_series(caplog):
         failures = [r for r in caplog.records if "collector boom failed" in r.getMessage()]
         assert len(failures) == 1 and failures[0].exc_info  # once per transition, with the traceback
         boom.fail = False
-        fams = list(cs.collect())
-        fams = list(cs.collect())
+        fams = list(cs.collect(state.view()))
+        fams = list(cs.collect(state.view()))
     assert value(fams, "runtimekit_collector_success", collector="boom") == 1.0
     assert {"runtimekit_boom_partial", "runtimekit_boom_rest"} <= names(fams)
     assert [r.getMessage() for r in caplog.records].count("collector boom recovered") == 1
@@ -95,7 +102,22 @@ def test_failing_collector_does_not_break_generate_latest():
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
-    registry.register(CollectorSet({"boom": Boom(), "info": COLLECTORS["info"].factory(state, lambda: 0.0)}))
+    registry.register(ViewCollector(state, CollectorSet({"boom": Boom(), "info": COLLECTORS["info"].factory()})))
     text = generate_latest(registry).decode()
     assert 'runtimekit_collector_success{collector="boom"} 0.0' in text
     assert "runtimekit_gpu_info{" in text
+
+
+def test_collector_set_renders_one_view_and_build_registry_follows_the_state():
+    state = make_state(make_snapshot())
+    collectors = build_collector_set({"nvlink": False}, timer=lambda: 0.0)
+    assert "nvlink" not in collectors.names and "memory" in collectors.names
+    old = state.view()
+    from exporter_factories import make_gpu
+
+    from runtimekit.state import SamplerStats
+
+    registry = build_registry(state, timer=lambda: 0.0)
+    state.publish_snapshot(make_snapshot((make_gpu(0),)), SamplerStats(cycles_total=8))
+    assert value(list(collectors.collect(old)), "runtimekit_samples_total") == 7  # the view it was given
+    assert 'runtimekit_samples_total 8.0' in generate_latest(registry).decode()  # the state's latest view

@@ -1,23 +1,21 @@
 """The fast renderer writes exactly what prometheus_client writes, in both formats."""
 
 import pytest
-from exporter_factories import make_full_attribution, make_gpu, make_lost_gpu, make_snapshot, make_state
+from exporter_factories import make_full_attribution, make_gpu, make_health, make_lost_gpu, make_snapshot, make_state
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from runtimekit.exporter import build_registry
-from runtimekit.exporter.render import OPENMETRICS, TEXT, render
-
-SAMPLED_AT = 1_750_000_000.0
+from runtimekit.exporter.render import OPENMETRICS, TEXT, Renderer, render
 
 
 def full_registry():
     state = make_state(make_snapshot((make_gpu(0), make_gpu(1, link_count=18), make_lost_gpu(2))),
                        xids={(2, "GPU-x", 79): 1})
     state.publish_attribution(make_full_attribution())
-    return build_registry(state, clock=lambda: SAMPLED_AT + 2, timer=lambda: 0.0,
-                          options={"process": {"cmdline": True}})
+    state.publish_health(make_health())
+    return build_registry(state, timer=lambda: 0.0, options={"process": {"cmdline": True}})
 
 
 def test_text_equals_prometheus_client():
@@ -52,3 +50,28 @@ def test_unsupported_families_are_refused_not_misrendered():
     histogram = HistogramMetricFamily("runtimekit_test_seconds", "h", buckets=[("1.0", 1), ("+Inf", 2)], sum_value=3)
     with pytest.raises(ValueError, match="histogram"):
         render([histogram], TEXT)
+
+
+@pytest.mark.parametrize("fmt, reference", [(TEXT, generate_latest), (OPENMETRICS, generate_openmetrics)])
+def test_cached_label_text_stays_equal_to_prometheus_client_across_renders(fmt, reference):
+    """A Renderer reuses the label text of the series of its last render: repeated renders, with
+    series that appear, change value and vanish, still write exactly prometheus_client's bytes."""
+    from exporter_factories import make_attribution, make_process
+
+    from runtimekit.state import SamplerStats
+
+    state = make_state(make_snapshot((make_gpu(0), make_gpu(1, link_count=18), make_lost_gpu(2))),
+                       xids={(2, "GPU-x", 79): 1})
+    state.publish_attribution(make_full_attribution())
+    state.publish_health(make_health())
+    registry = build_registry(state, timer=lambda: 0.0, options={"process": {"cmdline": True}})
+    renderer = Renderer(fmt)
+    for step in range(4):
+        assert renderer.render(registry.collect()) == reference(registry), step
+        if step == 0:  # new processes, one gone, other values
+            rows = (make_process(4242, 0, used_memory_bytes=5), make_process(31337, 1), make_process(99, 0, host=None))
+            state.publish_attribution(make_attribution(rows))
+        elif step == 1:  # a GPU gone, another sample
+            state.publish_snapshot(make_snapshot((make_gpu(0),)), SamplerStats(cycles_total=9))
+        elif step == 2:  # back to the first label sets
+            state.publish_attribution(make_full_attribution())

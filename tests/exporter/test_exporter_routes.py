@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from exporter_factories import make_snapshot, make_state
 
 from runtimekit.exporter.exposition import ExpositionCache
-from runtimekit.exporter.registry import build_registry
+from runtimekit.exporter.registry import build_collector_set
 from runtimekit.exporter.routes import accepts_gzip, add_exporter_routes, negotiate_format
 
 PROMETHEUS_ACCEPT = (
@@ -23,7 +23,7 @@ PROMETHEUS_ACCEPT = (
 async def client():
     state = make_state(make_snapshot())
     app = web.Application()
-    add_exporter_routes(app, ExpositionCache(state, build_registry(state, timer=lambda: 0.0)))
+    add_exporter_routes(app, ExpositionCache(state, build_collector_set(timer=lambda: 0.0)))
     async with TestClient(TestServer(app), auto_decompress=False) as client:
         yield client
 

@@ -93,7 +93,7 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     assert 'runtimekit_process_info{command="python -m torch.distributed.run train.py --config llama.yaml --wandb-api-key=<redacted>"' in text
     assert "sim-secret" not in text
     # The health families, from the real detectors and state machine: XID 13 is an application fault.
-    assert 'runtimekit_gpu_fault_active{fault="xid_13",gpu="1",severity="info",' in text
+    assert re.search(r'runtimekit_gpu_fault_active\{[^}]*fault="xid_13",gpu="1",severity="info",', text)
     assert "runtimekit_health_evaluation_seconds 0.0\n" in text
     assert 'runtimekit_exposition_renders_total{trigger="scrape"} 1.0\n' in text
     lost = {"dgx-h100-xid-79": {5}}.get(scenario, set())

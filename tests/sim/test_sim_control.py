@@ -8,9 +8,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from runtimekit.client import AgentClientError, AgentRejectedError, inject_remote
 from runtimekit.sim import FaultError
 from runtimekit.sim.cli_args import add_fault_arguments, fault_params_from_args
-from runtimekit.client import AgentClientError, AgentRejectedError, inject_remote
 from runtimekit.sim.control import add_control_routes, is_loopback
 
 
