@@ -73,10 +73,10 @@ async def xid_latency(events: int, state_dir: Path) -> list[float]:
             gpu = i % 8
             started = time.perf_counter()
             node.inject(gpu, "xid", xid=94)
-            await wait_until(lambda: gpu_state(state, gpu) == SUSPECT)
+            await wait_until(lambda gpu=gpu: gpu_state(state, gpu) == SUSPECT)
             latencies.append(time.perf_counter() - started)
             node.clear(gpu, "xid")
-            await wait_until(lambda: gpu_state(state, gpu) == HEALTHY)
+            await wait_until(lambda gpu=gpu: gpu_state(state, gpu) == HEALTHY)
     finally:
         for task in tasks:
             task.cancel()

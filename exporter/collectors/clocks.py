@@ -49,7 +49,7 @@ class ClocksCollector(CardCollector):
             add(current, [*labels, "memory"], c.memory_hertz)
             add(current, [*labels, "graphics"], c.graphics_hertz)
             if is_available(c.event_reasons):
-                mask = int(c.event_reasons)  # type: ignore[arg-type]
+                mask = int(c.event_reasons)
                 for reason, bit in CLOCK_EVENT_REASONS:
                     event.add_metric([*labels, reason], 1.0 if mask & bit else 0.0)
             add(pstate, labels, c.performance_state)

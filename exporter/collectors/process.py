@@ -77,7 +77,8 @@ class CommandRedactor:
 
     def __call__(self, cmdline: Sequence[str]) -> str:
         joined = label_text(" ".join(cmdline))
-        ends, offset = [], 0
+        ends: list[int] = []
+        offset = 0
         for arg in cmdline:
             offset += len(label_text(arg))
             ends.append(offset)
@@ -89,9 +90,9 @@ class CommandRedactor:
             for start, end in found:
                 if end <= start:
                     continue
-                arg = bisect.bisect_right(ends, end - 1)  # the argument holding the value's last character
-                if arg < len(ends) and end < ends[arg] and joined[end].isspace():
-                    end = ends[arg]  # the value stopped at a space inside its argument: take the rest of it
+                holder = bisect.bisect_right(ends, end - 1)  # the argument holding the value's last character
+                if holder < len(ends) and end < ends[holder] and joined[end].isspace():
+                    end = ends[holder]  # the value stopped at a space inside its argument: take the rest of it
                 spans.append((start, end))
         out, position = [], 0
         for start, end in sorted(spans):
