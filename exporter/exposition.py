@@ -27,10 +27,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Literal
 
-from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as CONTENT_TYPE_OPENMETRICS
 
+from runtimekit.exporter.family import COUNTER, Family
 from runtimekit.exporter.render import Renderer
 from runtimekit.exporter.timing import CollectorSet
 from runtimekit.state import ATTRIBUTION, HEALTH, SAMPLE, NodeState, NodeView
@@ -104,13 +104,14 @@ class ExpositionCache:
         body = self._renderers[plain_key[1]].render([*families, self._self_family()])
         return {plain_key: body} if gzip_key is None else {plain_key: body, gzip_key: _gzip(body)}
 
-    def _self_family(self) -> Metric:
-        renders = CounterMetricFamily(
+    def _self_family(self) -> Family:
+        renders = Family(
+            COUNTER,
             "runtimekit_exposition_renders_total",
             "Expositions rendered since the agent started, this one included, by trigger (scrape: a scrape "
             "found no cached exposition of the current view; ahead: rendered before a forecast periodic scrape). "
             "rate() of it over the scrape rate is the renders per scrape.",
-            labels=["trigger"],
+            ["trigger"],
         )
         renders.add_metric(["scrape"], float(self.renders - self.prerenders))
         renders.add_metric(["ahead"], float(self.prerenders))

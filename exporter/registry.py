@@ -36,6 +36,7 @@ from runtimekit.exporter.collectors.self import SelfCollector
 from runtimekit.exporter.collectors.thermal import ThermalCollector
 from runtimekit.exporter.collectors.utilization import UtilizationCollector
 from runtimekit.exporter.collectors.xid import XidCollector
+from runtimekit.exporter.family import Family
 from runtimekit.exporter.timing import LOG, CollectorSet
 from runtimekit.state import NodeState
 
@@ -130,4 +131,5 @@ class ViewCollector:
         self.collectors = collectors
 
     def collect(self) -> Iterable[Metric]:
-        return self.collectors.collect(self._state.view())
+        families = self.collectors.collect(self._state.view())
+        return [family.to_metric() if isinstance(family, Family) else family for family in families]

@@ -9,18 +9,23 @@ prometheus_client's for a full exposition in both formats.
 
 Most label sets do not change from one sample to the next (the same GPUs, links, processes and
 pods), so a ``Renderer`` keeps the formatted label text of every series it wrote in the previous
-render — ``{gpu="0",pid="4242",…}``, sorted and escaped — keyed by its (name, value) pairs,
-and reuses it. Entries not used by a render are dropped, so the cache holds only
-the label sets of the last exposition.
+render — ``{gpu="0",pid="4242",…}``, sorted and escaped — keyed by its (name, value) pairs (for
+prometheus_client families) or by (sample name, label values) (for our light ``Family``, whose
+rows it writes without a label dict or a Sample per series), and reuses it. Entries not used by a
+render are dropped, so the cache holds only the label sets of the last exposition. Formatted
+values are memoised too (floatToGoString is the costly part of a line).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
+
+from runtimekit.exporter.family import Family
 
 TEXT, OPENMETRICS = "text", "openmetrics"
 _SUPPORTED = frozenset({"gauge", "counter", "info"})
@@ -36,10 +41,15 @@ def _escape(value: str) -> str:
 
 
 def _value(number: float) -> str:
-    if number == 0.0:
+    if number == 0.0:  # before the cache: -0.0 == 0.0 and they hash alike, but print differently
         return "0.0" if math.copysign(1.0, number) > 0 else "-0.0"
     if number == 1.0:
         return "1.0"
+    return _go_float(number)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _go_float(number: float) -> str:
     return floatToGoString(number)
 
 
@@ -59,12 +69,14 @@ class Renderer:
             raise ValueError(f"unknown exposition format {fmt!r}; allowed: {TEXT}, {OPENMETRICS}")
         self.fmt = fmt
         self._labels: dict[_LabelKey, str] = {}
+        self._rows: dict[tuple[str, tuple[str, ...]], str] = {}
 
-    def render(self, families: Iterable[Metric]) -> bytes:
+    def render(self, families: Iterable[Family | Metric]) -> bytes:
         """Prometheus text 0.0.4 (``text``) or OpenMetrics 1.0.0 (``openmetrics``)."""
         openmetrics = self.fmt == OPENMETRICS
-        previous = self._labels
+        previous, previous_rows = self._labels, self._rows
         current: dict[_LabelKey, str] = {}
+        current_rows: dict[tuple[str, tuple[str, ...]], str] = {}
         out: list[str] = []
         append = out.append
         for metric in families:
@@ -80,6 +92,9 @@ class Renderer:
                 kind = "gauge" if metric.type == "info" else metric.type
                 help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+            if isinstance(metric, Family):
+                self._rows_of(metric, previous_rows, current_rows, append)
+                continue
             for sample in metric.samples:
                 if sample.timestamp is not None or sample.exemplar is not None or sample.native_histogram is not None:
                     raise ValueError(f"{metric.name}: timestamps, exemplars and histograms are not rendered here")
@@ -97,10 +112,32 @@ class Renderer:
                 append(f"{sample.name}{text} {_value(sample.value)}\n")
         if openmetrics:
             append("# EOF\n")
-        self._labels = current
+        self._labels, self._rows = current, current_rows
         return "".join(out).encode("utf-8")
 
+    @staticmethod
+    def _rows_of(
+        family: Family,
+        previous: dict[tuple[str, tuple[str, ...]], str],
+        current: dict[tuple[str, tuple[str, ...]], str],
+        append: Callable[[str], None],
+    ) -> None:
+        name, labelnames = family.sample_name, family.labelnames
+        if not labelnames:
+            for _, number in family.rows:
+                append(f"{name} {_value(number)}\n")
+            return
+        for values, number in family.rows:
+            key = (name, values)
+            prefix = current.get(key)
+            if prefix is None:
+                prefix = previous.get(key)
+                if prefix is None:
+                    prefix = name + _label_text(tuple(zip(labelnames, values, strict=True)))
+                current[key] = prefix
+            append(f"{prefix} {_value(number)}\n")
 
-def render(families: Iterable[Metric], fmt: str) -> bytes:
+
+def render(families: Iterable[Family | Metric], fmt: str) -> bytes:
     """Render once, with no label text kept (see ``Renderer`` for repeated renders)."""
     return Renderer(fmt).render(families)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import SAMPLED, Collector
+from runtimekit.exporter.family import GAUGE, Family
 from runtimekit.state import NodeView
 
 LOG = logging.getLogger("runtimekit.exporter")
@@ -44,19 +45,21 @@ class CollectorSet:
     def names(self) -> tuple[str, ...]:
         return tuple(self._collectors)
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:
-        duration = GaugeMetricFamily(
+    def collect(self, view: NodeView) -> list[Family | Metric]:
+        duration = Family(
+            GAUGE,
             "runtimekit_collector_duration_seconds",
             f"Seconds each collector took to build its families at render time. {SAMPLED}",
-            labels=["collector"],
+            ["collector"],
             unit="seconds",
         )
-        success = GaugeMetricFamily(
+        success = Family(
+            GAUGE,
             "runtimekit_collector_success",
             "1 when the collector succeeded at the last render, 0 when it raised (its series are then absent).",
-            labels=["collector"],
+            ["collector"],
         )
-        out: list[Metric] = []
+        out: list[Family | Metric] = []
         with self._lock:
             for name, collector in self._collectors.items():
                 start = self._timer()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
+from runtimekit.exporter.family import COUNTER, GAUGE, Family
 from runtimekit.gpu.types import GpuSnapshot, is_available
 from runtimekit.state import NodeView
 
@@ -25,13 +26,13 @@ class Collector(Protocol):
     """The one contract: yield fresh metric families built from one view of the node (never two
     moments mixed: the exposition renders every collector from the same view)."""
 
-    def collect(self, view: NodeView) -> Iterable[Metric]: ...
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]: ...
 
 
 class CardCollector:
     """Base for collectors: a pure function of the view they are given; no clock, no state of their own."""
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:  # pragma: no cover - overridden
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
@@ -51,28 +52,28 @@ def live_gpus(view: NodeView) -> Iterator[GpuSnapshot]:
     return (gpu for gpu in all_gpus(view) if not gpu.lost)
 
 
-def gauge(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, f"{doc} {SAMPLED}", labels=list(labels), unit=unit)
+def gauge(name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "") -> Family:
+    return Family(GAUGE, name, f"{doc} {SAMPLED}", labels, unit)
 
 
 def counter(
     name: str, doc: str, labels: Sequence[str] = GPU_LABELS, unit: str = "", *, sampled: bool = True
-) -> CounterMetricFamily:
-    """A counter family; ``name`` ends in ``_total`` (prometheus_client strips and re-adds it).
-    ``sampled=False`` for event counts (XIDs), which are not read on the sampling interval."""
-    return CounterMetricFamily(name, f"{doc} {SAMPLED}" if sampled else doc, labels=list(labels), unit=unit)
+) -> Family:
+    """A counter family; ``name`` ends in ``_total`` (stripped from the family, written on its samples,
+    as prometheus_client does). ``sampled=False`` for event counts (XIDs), not read on the interval."""
+    return Family(COUNTER, name, f"{doc} {SAMPLED}" if sampled else doc, labels, unit)
 
 
-def add(family: GaugeMetricFamily | CounterMetricFamily, labels: Sequence[str], value: object) -> None:
+def add(family: Family, labels: Sequence[str], value: object) -> None:
     """Add one sample unless the reading is missing (``None``) or ``Unavailable``; bools become 0/1."""
     if value is None or not is_available(value):
         return
-    family.add_metric(list(labels), float(value))  # type: ignore[arg-type]
+    family.add_metric(labels, float(value))  # type: ignore[arg-type]
 
 
-def nonempty(*families: Metric) -> Iterator[Metric]:
+def nonempty(*families: Family | Metric) -> Iterator[Family | Metric]:
     """Yield only the families that got at least one sample."""
-    return (family for family in families if family.samples)
+    return (family for family in families if (family.rows if isinstance(family, Family) else family.samples))
 
 
 def text(value: object) -> str:

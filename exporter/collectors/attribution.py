@@ -15,6 +15,7 @@ from prometheus_client.core import Metric
 
 from runtimekit.attribution.types import SOURCES, Owner
 from runtimekit.exporter.collectors._common import CardCollector, gauge, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 # The Kubernetes owner of a series, outermost first. Always present on the families that carry
@@ -40,7 +41,7 @@ def label_text(value: str) -> str:
 
 
 class AttributionCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         attribution = view.attribution
         if attribution is None:
             return

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
 
@@ -26,7 +27,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
 
 
 class ClocksCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         clock_labels = (*GPU_LABELS, "clock")
         current = gauge("runtimekit_gpu_clock_hertz", "Current clock frequency in hertz, by clock domain (sm, memory, graphics).", labels=clock_labels, unit="hertz")
         maximum = gauge("runtimekit_gpu_clock_max_hertz", "Maximum clock frequency in hertz, by clock domain.", labels=clock_labels, unit="hertz")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, counter, gauge, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import ATTRIBUTION, HEALTH, SAMPLE, NodeView
 
 # The topic whose publication is each component's success (components without one have no series).
@@ -20,7 +21,7 @@ SUCCESS_TOPIC = {"sampler": SAMPLE, "attribution": ATTRIBUTION, "health": HEALTH
 
 
 class ComponentsCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         up = gauge(
             "runtimekit_component_up",
             "1 while the supervised component runs, 0 while it is down (died and waiting to be restarted).",

@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class EccCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         enabled = gauge("runtimekit_gpu_ecc_enabled", "1 when ECC is enabled (current mode), else 0.")
         errors = gauge(
             "runtimekit_gpu_ecc_errors",

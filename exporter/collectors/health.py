@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 from runtimekit.state.health import ActiveFault
 
@@ -37,7 +38,7 @@ NODE_ACTIVE_LABELS = ("fault", "severity", "action", "class")
 
 
 class HealthCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         health = view.health
         if health is None:
             return

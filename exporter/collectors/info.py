@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from prometheus_client.core import InfoMetricFamily, Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, SAMPLED, CardCollector, all_gpus, gauge, gpu_labels, nonempty, text
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
@@ -18,7 +19,7 @@ class InfoCollector(CardCollector):
     and nvmlSystemGetCudaDriverVersion. An unavailable value is exported as "" (same as absent).
     """
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         snapshot = view.snapshot
         if snapshot is None:
             return

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
 
@@ -16,7 +17,7 @@ def _prefer(sampled: object, fallback: object) -> object:
 
 
 class MemoryCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         used = gauge("runtimekit_gpu_memory_used_bytes", "Framebuffer memory allocated by processes, in bytes.", unit="bytes")
         free = gauge("runtimekit_gpu_memory_free_bytes", "Framebuffer memory free, in bytes.", unit="bytes")
         total = gauge("runtimekit_gpu_memory_total_bytes", "Framebuffer memory installed, in bytes.", unit="bytes")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
 
@@ -20,7 +21,7 @@ COMPUTE_MODES: tuple[str, ...] = ("default", "exclusive_thread", "prohibited", "
 
 
 class ModesCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         compute = gauge(
             "runtimekit_gpu_compute_mode",
             "1 for the GPU's current compute mode, 0 for the others.",

@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class NvLinkCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         link_labels = (*GPU_LABELS, "link")
         links = gauge("runtimekit_gpu_nvlink_links", "NVLinks the device has (NVML_FI_DEV_NVLINK_LINK_COUNT).")
         up = gauge("runtimekit_gpu_nvlink_up", "1 when the NVLink is active, else 0.", labels=link_labels)

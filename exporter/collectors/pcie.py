@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, add, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class PcieCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         gen = gauge("runtimekit_gpu_pcie_link_generation", "Current PCIe link generation (drops when idle to save power).")
         width = gauge("runtimekit_gpu_pcie_link_width", "Current PCIe link width in lanes.")
         max_gen = gauge("runtimekit_gpu_pcie_link_max_generation", "Maximum PCIe link generation supported by the GPU and system.")

@@ -15,6 +15,7 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty, text
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, owner_labels
+from runtimekit.exporter.family import Family
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
 
@@ -23,7 +24,7 @@ ALLOCATION_LABELS = (*OWNER_LABELS, "resource", "device_id", *GPU_LABELS)
 
 
 class PodCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         attribution = view.attribution
         if attribution is None:
             return

@@ -33,6 +33,7 @@ from runtimekit.exporter.collectors._common import (
     text,
 )
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, label_text, owner_labels
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
@@ -122,7 +123,7 @@ class ProcessCollector(CardCollector):
         self._cmdline = cmdline
         self._redact = CommandRedactor(cmdline_redact, cmdline_max_length)  # validated even when off
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         attribution = view.attribution
         if attribution is None:
             return

@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class RemapCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         retired = gauge(
             "runtimekit_gpu_retired_pages",
             "Framebuffer pages retired, by cause (single_bit_ecc, double_bit_ecc).",

@@ -9,6 +9,7 @@ from prometheus_client.core import InfoMetricFamily, Metric
 
 import runtimekit
 from runtimekit.exporter.collectors._common import CardCollector, counter, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
@@ -18,7 +19,7 @@ class SelfCollector(CardCollector):
     def __init__(self, *, version: str = runtimekit.__version__, python_version: str | None = None) -> None:
         self._build = {"version": version, "python_version": python_version or platform.python_version()}
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         snapshot = view.snapshot
         stats = view.sampler
         up = gauge("runtimekit_nvml_up", "1 when the last sampling cycle could initialise NVML, else 0 (0 until the first cycle).", labels=())

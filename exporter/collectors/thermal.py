@@ -11,11 +11,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class ThermalCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         temp = gauge("runtimekit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.", unit="celsius")
         mem_temp = gauge("runtimekit_gpu_memory_temperature_celsius", "HBM temperature in degrees Celsius.", unit="celsius")
         threshold = gauge(

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class UtilizationCollector(CardCollector):
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         gpu_f = gauge("runtimekit_gpu_utilization_ratio", "Fraction of NVML's sample period during which a kernel ran (0..1).", unit="ratio")
         mem_f = gauge("runtimekit_gpu_memory_utilization_ratio", "Fraction of NVML's sample period during which device memory was read or written (0..1).", unit="ratio")
         enc_f = gauge("runtimekit_gpu_encoder_utilization_ratio", "Video encoder busy ratio (0..1).", unit="ratio")

@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, nonempty, text
+from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 
 class XidCollector(CardCollector):
     """XID counts are events, not readings: they stay exported for a lost GPU (XID 79 is how it got lost)."""
 
-    def collect(self, view: NodeView) -> Iterable[Metric]:
+    def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         xids = counter(
             "runtimekit_gpu_xid_errors_total",
             "XID errors reported by the driver since the agent started, by XID code "

@@ -6,16 +6,23 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from runtimekit.exporter import build_registry
+from runtimekit.exporter import build_collector_set, build_registry
+from runtimekit.exporter.family import Family
 from runtimekit.exporter.render import OPENMETRICS, TEXT, Renderer, render
 
+OPTIONS = {"process": {"cmdline": True}}
 
-def full_registry():
+
+def full_state():
     state = make_state(make_snapshot((make_gpu(0), make_gpu(1, link_count=18), make_lost_gpu(2))),
                        xids={(2, "GPU-x", 79): 1})
     state.publish_attribution(make_full_attribution())
     state.publish_health(make_health())
-    return build_registry(state, timer=lambda: 0.0, options={"process": {"cmdline": True}})
+    return state
+
+
+def full_registry(state=None):
+    return build_registry(state or full_state(), timer=lambda: 0.0, options=OPTIONS)
 
 
 def test_text_equals_prometheus_client():
@@ -26,6 +33,20 @@ def test_text_equals_prometheus_client():
 def test_openmetrics_equals_prometheus_client():
     registry = full_registry()
     assert render(registry.collect(), OPENMETRICS) == generate_openmetrics(registry)
+
+
+@pytest.mark.parametrize("fmt, reference", [(TEXT, generate_latest), (OPENMETRICS, generate_openmetrics)])
+def test_the_light_families_the_collectors_build_render_as_prometheus_client_writes_them(fmt, reference):
+    """The served path renders our light Family rows directly; prometheus_client renders the same
+    families converted to its own (``Family.to_metric``): the bytes are equal, twice over (the
+    second render reuses the cached label text)."""
+    state = full_state()
+    registry = full_registry(state)
+    families = build_collector_set(timer=lambda: 0.0, options=OPTIONS).collect(state.view())
+    assert any(isinstance(family, Family) for family in families)
+    renderer = Renderer(fmt)
+    assert renderer.render(families) == reference(registry)
+    assert renderer.render(families) == reference(registry)
 
 
 def test_awkward_label_values_and_help_are_escaped_the_same_way():
