@@ -20,8 +20,26 @@ run the same phases at the same moments, so their figures come from one run on o
 5. concurrent, one exporter at a time: ``--concurrency`` clients scraping back to back for
    ``--duration`` seconds: p50/p99 latency, bytes per scrape (plain and gzip).
 
-CPU is psutil's process CPU time over wall time; the agent's includes the simulator, which runs in
-its process (fake NVML, kubelet, CRI and /proc). The last line is ``RESULT key=value ...``.
+CPU is CPU time (user + system, clock ticks) over wall time, as a share of one core. The
+agent's process also hosts the simulated node, and only part of it stands for the agent:
+
+- **the agent** (``cpu_pct``, ``cpu_idle_pct``, ``cpu_ms_per_cycle_*``, ``cpu_ratio_vs_nvitop``):
+  the whole process (psutil, ``/proc/PID/stat``, exited threads included) **minus the simulated
+  host's thread** (``/proc/PID/task/TID/stat``; TID from the agent's ``GET /sim/v1/host``). That
+  thread runs, with its own event loop, what on a real node the kubelet, the container runtime
+  and the kernel do, not the agent: the fake kubelet pod-resources and CRI gRPC servers (their
+  handlers and message building) and every write of the simulated /proc tree (the thread asking
+  for a new process list waits for it, not counted). **Still counted** as the agent's: the fake
+  NVML library and the simulated node's model behind it (it stands in for libnvidia-ml, which
+  runs in the agent's process on a real node), the agent's gRPC clients and /proc reads, and
+  gRPC core's shared threads (timer, event engine), which serve the agent's clients and the fake
+  servers alike — the fake servers' share of those is a small overstatement of the agent's cost;
+- **the whole process** (``cpu_process_pct``, ``cpu_idle_process_pct``,
+  ``cpu_process_ratio_vs_nvitop``): everything above, the simulated host included;
+- **nvitop-exporter**: its whole process, which hosts a simulated node's fake NVML library only
+  (no kubelet, CRI or /proc: it does not attribute processes to pods).
+
+The last line is ``RESULT key=value ...``.
 """
 
 from __future__ import annotations
@@ -61,13 +79,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int, tid: int) -> float:
+    """CPU seconds (utime + stime) of thread ``tid`` of process ``pid``, from /proc/PID/task/TID/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    except FileNotFoundError:
+        raise RuntimeError(f"thread {tid} of process {pid} (the simulated host's) is gone: was the simulator "
+                           "restarted? Its CPU can no longer be told apart") from None
+    fields = stat[stat.rindex(")") + 2:].split()  # fields from the 3rd (state) on: comm may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # fields 14 (utime) and 15 (stime)
+
+
 @dataclass
 class Figures:
     cpu_early_ms_per_cycle: float = float("nan")  # warm-up, early window
     cpu_steady_ms_per_cycle: float = float("nan")  # end of the warm-up (history full)
     cpu_idle_pct: float = float("nan")  # no scraper
+    cpu_idle_process_pct: float = float("nan")  # the same, simulated host included
     renders_idle: float = float("nan")
     cpu_periodic_pct: float = float("nan")  # one scraper at the sampling interval
+    cpu_periodic_process_pct: float = float("nan")  # the same, simulated host included
     renders_per_scrape: float = float("nan")
     periodic_p50_ms: float = float("nan")
     periodic_max_ms: float = float("nan")
@@ -91,10 +125,29 @@ class Exporter:
                                         stderr=subprocess.PIPE, text=True)
         self.ps = psutil.Process(self.process.pid)
         self.figures = Figures()
+        self.host_thread: int | None = None  # the simulated host's thread (GET /sim/v1/host), if any
+
+    def cpu_both(self) -> tuple[float, float]:
+        """(exporter, whole process) CPU seconds: the exporter's leaves the simulated host's thread out."""
+        host = thread_cpu(self.ps.pid, self.host_thread) if self.host_thread is not None else 0.0
+        times = self.ps.cpu_times()
+        process = times.user + times.system
+        return process - host, process
 
     def cpu(self) -> float:
-        times = self.ps.cpu_times()
-        return times.user + times.system
+        return self.cpu_both()[0]
+
+    async def find_host_thread(self, session: aiohttp.ClientSession) -> None:
+        """The simulated host's thread id, from the agent's simulator control API (None elsewhere)."""
+        async with session.get(self.url.replace("/metrics", "/sim/v1/host"), headers=PLAIN) as response:
+            if response.status == 404:
+                return
+            response.raise_for_status()
+            thread_id = (await response.json()).get("thread_id")
+        if thread_id is None:
+            raise RuntimeError(f"{self.name}: the simulated host shares the agent's threads; its CPU cannot be told apart")
+        self.host_thread = int(thread_id)
+        thread_cpu(self.ps.pid, self.host_thread)  # readable now
 
     async def wait_ready(self, session: aiohttp.ClientSession, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -155,9 +208,11 @@ async def phases(exporter: Exporter, session: aiohttp.ClientSession, args: argpa
     # Idle: no scraper. The bracketing scrapes render once each (the second is counted out).
     await asyncio.sleep(max(0.0, start + args.warmup + 1.0 - loop.time()))
     _, renders_before = await exporter.counters(session)
-    cpu, wall = exporter.cpu(), time.monotonic()
+    (cpu, cpu_process), wall = exporter.cpu_both(), time.monotonic()
     await asyncio.sleep(args.idle)
-    f.cpu_idle_pct = (exporter.cpu() - cpu) / (time.monotonic() - wall) * 100
+    (cpu_now, cpu_process_now), seconds = exporter.cpu_both(), time.monotonic() - wall
+    f.cpu_idle_pct = (cpu_now - cpu) / seconds * 100
+    f.cpu_idle_process_pct = (cpu_process_now - cpu_process) / seconds * 100
     _, renders_after = await exporter.counters(session)
     if renders_before is not None and renders_after is not None:
         f.renders_idle = renders_after - renders_before - 1
@@ -167,7 +222,7 @@ async def phases(exporter: Exporter, session: aiohttp.ClientSession, args: argpa
     await asyncio.sleep(max(0.0, begin - loop.time()))
     latencies: list[float] = []
     renders: list[float | None] = []
-    cpu, wall = exporter.cpu(), time.monotonic()
+    (cpu, cpu_process), wall = exporter.cpu_both(), time.monotonic()
     for k in range(args.periodic):
         await asyncio.sleep(max(0.0, begin + k * args.interval - loop.time()))
         started = time.perf_counter()
@@ -177,7 +232,9 @@ async def phases(exporter: Exporter, session: aiohttp.ClientSession, args: argpa
         latencies.append(time.perf_counter() - started)
         found = _RENDERS.findall(gzip.decompress(body) if encoded else body)
         renders.append(sum(float(v) for _, v in found) if found else None)
-    f.cpu_periodic_pct = (exporter.cpu() - cpu) / (time.monotonic() - wall) * 100
+    (cpu_now, cpu_process_now), seconds = exporter.cpu_both(), time.monotonic() - wall
+    f.cpu_periodic_pct = (cpu_now - cpu) / seconds * 100
+    f.cpu_periodic_process_pct = (cpu_process_now - cpu_process) / seconds * 100
     f.periodic_p50_ms = statistics.median(latencies) * 1000
     f.periodic_max_ms = max(latencies) * 1000
     first, last = (renders[2], renders[-1]) if len(renders) > 3 else (None, None)
@@ -217,10 +274,14 @@ async def concurrent(exporter: Exporter, session: aiohttp.ClientSession, args: a
 
 def show(exporter: Exporter) -> None:
     f = exporter.figures
+    host = exporter.host_thread is not None
     print(
         f"{exporter.name:<16} CPU/cycle early {f.cpu_early_ms_per_cycle:6.2f} ms, steady {f.cpu_steady_ms_per_cycle:6.2f} ms"
-        f" | idle {f.cpu_idle_pct:5.2f}% ({f.renders_idle:g} renders)"
-        f" | scraped at the interval {f.cpu_periodic_pct:5.2f}% of a core, {f.renders_per_scrape:.2f} renders/scrape,"
+        f" | idle {f.cpu_idle_pct:5.2f}%" + (f" (process {f.cpu_idle_process_pct:.2f}%)" if host else "")
+        + f" ({f.renders_idle:g} renders)"
+        f" | scraped at the interval {f.cpu_periodic_pct:5.2f}% of a core"
+        + (f" (process, simulated host included: {f.cpu_periodic_process_pct:.2f}%)" if host else "")
+        + f", {f.renders_per_scrape:.2f} renders/scrape,"
         f" p50 {f.periodic_p50_ms:.2f} ms max {f.periodic_max_ms:.2f} ms"
         f" | after the scraper left: {f.renders_gone:g} renders"
         f" | {args_concurrency} clients: p50 {f.p50_ms:.2f} ms p99 {f.p99_ms:.2f} ms ({f.scrapes} scrapes)"
@@ -266,6 +327,9 @@ async def main() -> None:
     try:
         async with aiohttp.ClientSession(auto_decompress=False) as session:
             await asyncio.gather(*(e.wait_ready(session) for e in exporters))
+            await exporters[0].find_host_thread(session)
+            if exporters[0].host_thread is None:
+                raise RuntimeError("the agent serves no GET /sim/v1/host: the simulated host's CPU cannot be told apart")
             start = asyncio.get_running_loop().time()
             await asyncio.gather(*(phases(e, session, args, start) for e in exporters))
             for exporter in exporters:
@@ -288,7 +352,9 @@ async def main() -> None:
         "pods": args.pods,
         "warmup_s": f"{args.warmup:g}",
         "cpu_pct": f"{ours.cpu_periodic_pct:.2f}",
+        "cpu_process_pct": f"{ours.cpu_periodic_process_pct:.2f}",
         "cpu_idle_pct": f"{ours.cpu_idle_pct:.2f}",
+        "cpu_idle_process_pct": f"{ours.cpu_idle_process_pct:.2f}",
         "cpu_ms_per_cycle_early": f"{ours.cpu_early_ms_per_cycle:.2f}",
         "cpu_ms_per_cycle_steady": f"{ours.cpu_steady_ms_per_cycle:.2f}",
         "renders_per_scrape": f"{ours.renders_per_scrape:.2f}",
@@ -309,7 +375,10 @@ async def main() -> None:
             nvitop_p50_ms=f"{theirs.p50_ms:.2f}",
             nvitop_bytes_per_scrape=theirs.bytes_plain,
             cpu_ratio_vs_nvitop=f"{ours.cpu_periodic_pct / theirs.cpu_periodic_pct:.3f}",
+            cpu_process_ratio_vs_nvitop=f"{ours.cpu_periodic_process_pct / theirs.cpu_periodic_pct:.3f}",
         )
+        print(f"CPU scraped at the interval, runtimekit / nvitop-exporter: agent {result['cpu_ratio_vs_nvitop']},"
+              f" whole process (simulated host included) {result['cpu_process_ratio_vs_nvitop']}")
     print("RESULT " + " ".join(f"{key}={value}" for key, value in result.items()))
 
 

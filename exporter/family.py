@@ -44,7 +44,7 @@ class Family:
 
     def add_metric(self, labels: Sequence[str], value: float) -> None:
         """One series: its label values in ``labelnames`` order, and its value."""
-        self.rows.append((tuple(labels), float(value)))
+        self.rows.append((labels if type(labels) is tuple else tuple(labels), float(value)))
 
     @property
     def samples(self) -> list[Sample]:

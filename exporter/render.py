@@ -69,14 +69,14 @@ class Renderer:
             raise ValueError(f"unknown exposition format {fmt!r}; allowed: {TEXT}, {OPENMETRICS}")
         self.fmt = fmt
         self._labels: dict[_LabelKey, str] = {}
-        self._rows: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._rows: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]] = {}
 
     def render(self, families: Iterable[Family | Metric]) -> bytes:
         """Prometheus text 0.0.4 (``text``) or OpenMetrics 1.0.0 (``openmetrics``)."""
         openmetrics = self.fmt == OPENMETRICS
         previous, previous_rows = self._labels, self._rows
         current: dict[_LabelKey, str] = {}
-        current_rows: dict[tuple[str, tuple[str, ...]], str] = {}
+        current_rows: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]] = {}
         out: list[str] = []
         append = out.append
         for metric in families:
@@ -118,10 +118,12 @@ class Renderer:
     @staticmethod
     def _rows_of(
         family: Family,
-        previous: dict[tuple[str, tuple[str, ...]], str],
-        current: dict[tuple[str, tuple[str, ...]], str],
+        previous: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]],
+        current: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]],
         append: Callable[[str], None],
     ) -> None:
+        """Write a Family's rows. Per series, the last render's (label text, value, line) is kept:
+        an unchanged value reuses its whole line, a changed one only its label text."""
         name, labelnames = family.sample_name, family.labelnames
         if not labelnames:
             for _, number in family.rows:
@@ -129,13 +131,18 @@ class Renderer:
             return
         for values, number in family.rows:
             key = (name, values)
-            prefix = current.get(key)
-            if prefix is None:
-                prefix = previous.get(key)
-                if prefix is None:
-                    prefix = name + _label_text(tuple(zip(labelnames, values, strict=True)))
-                current[key] = prefix
-            append(f"{prefix} {_value(number)}\n")
+            entry = current.get(key) or previous.get(key)
+            if entry is None:
+                prefix = name + _label_text(tuple(zip(labelnames, values, strict=True)))
+            elif entry[1] == number and number != 0.0:  # 0.0 == -0.0, but they print differently
+                current[key] = entry
+                append(entry[2])
+                continue
+            else:
+                prefix = entry[0]
+            line = f"{prefix} {_value(number)}\n"
+            current[key] = (prefix, number, line)
+            append(line)
 
 
 def render(families: Iterable[Family | Metric], fmt: str) -> bytes:

@@ -180,7 +180,7 @@ class ProcessCollector(CardCollector):
                 continue
             seen_rows.add((row.gpu_index, row.pid))
             process = _process_labels(row)
-            labels = [str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id), text(row.compute_instance_id), *process]
+            labels = (str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id), text(row.compute_instance_id), *process)
             add(memory, labels, row.used_memory_bytes)
             for field, family in ratios.items():
                 add(family, labels, getattr(row, field))
@@ -206,7 +206,7 @@ class ProcessCollector(CardCollector):
         yield from nonempty(memory, *ratios.values(), cpu, resident, info, dropped)
 
 
-def _process_labels(row: AttributedProcess) -> list[str]:
+def _process_labels(row: AttributedProcess) -> tuple[str, ...]:
     """``PROCESS_LABELS`` values: pid, the process name ("" when /proc could not tell), the owner."""
     name = label_text(row.host.name) if row.host is not None else ""
-    return [str(row.pid), name, *owner_labels(row.owner)]
+    return (str(row.pid), name, *owner_labels(row.owner))

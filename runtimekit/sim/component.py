@@ -79,7 +79,9 @@ class Simulation:
 
 
 class SimulatorComponent:
-    """Installs the fake NVML library below pynvml and serves the fake kubelet and CRI runtime."""
+    """Installs the fake NVML library below pynvml and serves the fake kubelet and CRI runtime
+    (and writes /proc) from the simulated host's own thread, which ``start`` starts and ``close``
+    ends (``SimulatedHost.start(own_thread=True)``)."""
 
     def __init__(self, simulation: Simulation) -> None:
         self.simulation = simulation
@@ -88,16 +90,22 @@ class SimulatorComponent:
     async def start(self) -> None:
         node, host = self.simulation.node, self.simulation.host
         sim.install(node)
-        await host.start()
+        # The host side (fake kubelet and CRI servers, /proc writes) in a thread of its own: on a real
+        # node it is other programs' work, and there it can be told apart from the agent's (its
+        # native thread id is in GET /sim/v1/host). The fake NVML library stays in the agent's
+        # threads, as libnvidia-ml does.
+        await host.start(own_thread=True)
         self.started = True
-        log.info("simulated node %r installed below pynvml (%d GPUs); kubelet, CRI and /proc under %s",
-                 node.scenario.name, len(node.scenario.gpus), self.simulation.root)
+        log.info("simulated node %r installed below pynvml (%d GPUs); kubelet, CRI and /proc under %s,"
+                 " served by thread %s", node.scenario.name, len(node.scenario.gpus), self.simulation.root,
+                 host.thread_id)
 
     async def run(self) -> None:
         await asyncio.Event().wait()  # serves (from start's servers and the installed library) until cancelled
 
     async def close(self) -> None:
         if self.started:
+            self.started = False
             await self.simulation.host.stop()
         sim.uninstall()
 

@@ -15,10 +15,17 @@
     POST   /sim/v1/reboot      (no body) -> {"boot_id": str | null, "cleared": n}: simulate a node
                                reboot (faults cleared, driver counters restarted, processes gone,
                                a new boot id; boot_id is null without a simulated host)
+    GET    /sim/v1/host        -> {"thread_id": N | null, "thread_name", "root", "kubelet_socket",
+                               "cri_socket", "proc_root", "boot_id_path", "sources": {"kubelet":
+                               bool, "cri": bool}}: the simulated host side (fake kubelet, CRI,
+                               /proc); thread_id is the native id of the thread it runs in
+                               (/proc/<agent pid>/task/<thread_id>), null when it shares the
+                               caller's; 404 without a simulated host
 
 A peer outside 127.0.0.0/8 and ::1 gets 403. Bad input gets 400 with {"error": "<field>: <rule>"}
 and changes nothing. Handlers only touch in-memory node state (no NVML, no I/O), so they run on
-the event loop.
+the event loop; what touches the simulated host (its servers, /proc, the boot id: ``sources``,
+``reboot``) runs on the host's own thread when it has one, awaited here.
 """
 
 from __future__ import annotations
@@ -198,10 +205,16 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
     async def post_reboot(request: web.Request) -> Any:
         await _body(request)  # a body, if any, must still be a JSON object
         if host is not None:
-            return host.reboot()
+            return await host.call(host.reboot)
         return {"boot_id": None, "cleared": node.reboot()}
 
+    async def get_host(request: web.Request) -> Any:
+        if host is None:
+            raise LookupError("this simulated node has no simulated host (kubelet, runtime, /proc)")
+        return host.info()
+
     app.router.add_post("/sim/v1/reboot", _guarded(post_reboot))
+    app.router.add_get("/sim/v1/host", _guarded(get_host))
     app.router.add_get("/sim/v1/pods", _guarded(get_pods))
     app.router.add_post("/sim/v1/pods", _guarded(post_pod))
     app.router.add_delete("/sim/v1/pods", _guarded(delete_pod))

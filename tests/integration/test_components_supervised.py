@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit import config as config_module
 from runtimekit.attribution.attributor import Attributor
-from runtimekit.exporter import ExpositionCache
+from runtimekit.exporter.exposition import ScrapeForecast
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.healthcheck.checker import HealthChecker
 from runtimekit.service import build_app
@@ -29,7 +29,7 @@ FAULTS = {
     "xid_watcher": (pynvml, "nvmlEventSetWait"),  # in the XID event thread, between two waits
     "attribution": (Attributor, "attribute"),
     "health": (HealthChecker, "evaluate"),
-    "exporter": (ExpositionCache, "_prerender_due"),  # on a publication
+    "exporter": (ScrapeForecast, "due"),  # once a sample's attribution and health are in
 }
 REQUIRED = {"sampler", "xid_watcher", "health", "exporter"}
 
