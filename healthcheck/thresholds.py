@@ -1,21 +1,37 @@
 """Health-check thresholds (``thresholds.yaml``): loaded, validated, one plain mapping per detector.
 
-The numbers and their reasons live in the YAML; ``SCHEMA`` here declares each key's type and
-range so that a typo or a nonsense value fails at start-up with the key named
-(``ecc.retired_pages_limt: unknown key``). ``load_thresholds`` returns
-``{section: {key: value}}``; ``for_detector`` gives one detector its section merged over the
-packaged defaults, so a detector called with a partial (or empty) config still has every key.
+Each fact is declared once, in the place that explains it:
+
+- **The keys, their types and rules** are the fields of one settings dataclass per detector section
+  below (``runtimekit.schema.setting``: the annotation is the type, the check the range, the doc
+  one line of meaning). ``SCHEMA`` (section -> key -> ``Key``) and the flat dotted schema that
+  ``runtimekit.schema.validate`` checks are derived from them, not listed again.
+- **The numbers and the reasons for them** live in ``thresholds.yaml``, one comment per key citing
+  where the number comes from. The fields therefore have no default (``REQUIRED``): a number in
+  the code as well would be a second copy to drift. The packaged file is validated in *complete*
+  mode — every declared key present, no other — so the YAML and the dataclasses always list the
+  same keys (checked at start-up, and by tests/healthcheck/test_health_thresholds.py).
+
+The dataclasses are the declaration, not the value passed around: ``load_thresholds`` returns
+``{section: {key: value}}`` (what the detectors index), and ``for_detector`` gives one detector its
+section merged over the packaged defaults, so a detector called with a partial (or empty) config
+still has every key. A typo or a nonsense value fails at start-up with the key and the rule named
+(``ecc.retired_pages_limt: unknown key``, ``ecc.retired_pages_limit: must be between 1 and 64``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate
 
 DEFAULT_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -26,82 +42,109 @@ class ThresholdError(ValueError):
     """Invalid thresholds; the message names the key (``section.key``) and the rule."""
 
 
-Check = Callable[[Any], str | None]
+# -- the sections: one dataclass each, fields declared once (values: thresholds.yaml) --------------
+
+@dataclass(frozen=True, slots=True)
+class MachineThresholds:
+    """Read by the state machine (healthcheck/machine.py), not by a detector."""
+
+    clean_samples: int = setting(REQUIRED, "samples in a row without a fault's signal before it clears", at_least(1))
 
 
-def _int(low: int, high: int | None = None) -> Check:
-    def check(v: Any) -> str | None:
-        if isinstance(v, bool) or not isinstance(v, int):
-            return "must be an integer"
-        if v < low or (high is not None and v > high):
-            return f"must be between {low} and {high}" if high is not None else f"must be >= {low}"
-        return None
-    return check
+@dataclass(frozen=True, slots=True)
+class LostCardThresholds:
+    """No thresholds: a lost, vanished or missing GPU is critical at once."""
 
 
-def _number(low: float, high: float | None = None, *, strict: bool = False) -> Check:
-    def check(v: Any) -> str | None:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return "must be a finite number"
-        if v < low or (strict and v == low) or (high is not None and v > high):
-            bound = f"> {low}" if strict else f">= {low}"
-            return f"must be {bound}" + (f" and <= {high}" if high is not None else "")
-        return None
-    return check
+@dataclass(frozen=True, slots=True)
+class EccThresholds:
+    retired_pages_limit: int = setting(REQUIRED, "retired pages at which the GPU is past saving", between(1, 64))
+    remapped_rows_uncorrectable_limit: int = setting(
+        REQUIRED, "uncorrectable remapped rows at which the remapper is exhausted", at_least(1)
+    )
+    contained_xid_window_seconds: float = setting(
+        REQUIRED, "seconds either side of an ECC jump within which an XID 94 makes it contained", above(0)
+    )
 
 
-def _bool(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "must be true or false"
+@dataclass(frozen=True, slots=True)
+class DriverThresholds:
+    error_seconds: float = setting(REQUIRED, "seconds of uninterrupted NVML errors before a GPU is suspect", at_least(0))
+    app_xid_burst_seconds: float = setting(REQUIRED, "XIDs of one code closer than this are one burst", above(0))
+    app_xid_bursts: int = setting(REQUIRED, "bursts within the window that escalate an application XID", at_least(1))
+    app_xid_window_seconds: float = setting(REQUIRED, "the window in which bursts are counted", above(0))
+    companion_window_seconds: float = setting(REQUIRED, "XIDs this close on one GPU are seen together", at_least(0))
 
 
-def _optional(check: Check) -> Check:
-    return lambda v: None if v is None else check(v)
+@dataclass(frozen=True, slots=True)
+class MemoryLeakThresholds:
+    orphan_used_bytes: int = setting(REQUIRED, "memory no process accounts for above which it is orphaned", at_least(0))
+    orphan_seconds: float = setting(REQUIRED, "seconds of uninterrupted orphaned memory before flagging", at_least(0))
+    require_visible_processes: bool = setting(REQUIRED, "flag orphans/ghosts only once a process has been seen")
+    ghost_utilization: float = setting(REQUIRED, "utilization (0..1) of a GPU without a process that is a ghost",
+                                       above(0, 1))
+    ghost_seconds: float = setting(REQUIRED, "seconds of ghost utilization before flagging", at_least(0))
+    leak_bytes_per_second: float = setting(REQUIRED, "growth (bytes/s) over both halves of the window that leaks",
+                                           above(0))
+    leak_window_seconds: float = setting(REQUIRED, "the window over which a process's growth is judged", above(0))
 
 
-def _mode(v: Any) -> str | None:
-    return None if v in COMPUTE_MODES else f"must be one of {', '.join(COMPUTE_MODES)} or null"
+@dataclass(frozen=True, slots=True)
+class NvlinkThresholds:
+    expected_active_links: int | None = setting(
+        REQUIRED, "active links expected (null: the GPU's own link count)", at_least(0)
+    )
+    error_per_second_critical: float = setting(REQUIRED, "link errors per second that are critical", above(0))
+    error_per_second_warning: float = setting(REQUIRED, "link errors per second that are a warning", above(0))
+    recovery_increase: int = setting(REQUIRED, "recovery counter increase between samples that fails", at_least(1))
 
 
-# section -> key -> check. Documentation is in thresholds.yaml, next to the values.
-SCHEMA: dict[str, dict[str, Check]] = {
-    "machine": {"clean_samples": _int(1)},
-    "lost_card": {},
-    "ecc": {
-        "retired_pages_limit": _int(1, 64),
-        "remapped_rows_uncorrectable_limit": _int(1),
-        "contained_xid_window_seconds": _number(0, strict=True),
-    },
-    "driver": {
-        "error_seconds": _number(0),
-        "app_xid_burst_seconds": _number(0, strict=True),
-        "app_xid_bursts": _int(1),
-        "app_xid_window_seconds": _number(0, strict=True),
-        "companion_window_seconds": _number(0),
-    },
-    "memory_leak": {
-        "orphan_used_bytes": _int(0),
-        "orphan_seconds": _number(0),
-        "require_visible_processes": _bool,
-        "ghost_utilization": _number(0, 1, strict=True),
-        "ghost_seconds": _number(0),
-        "leak_bytes_per_second": _number(0, strict=True),
-        "leak_window_seconds": _number(0, strict=True),
-    },
-    "nvlink": {
-        "expected_active_links": _optional(_int(0)),
-        "error_per_second_critical": _number(0, strict=True),
-        "error_per_second_warning": _number(0, strict=True),
-        "recovery_increase": _int(1),
-    },
-    "compute_mode": {"expected": _optional(_mode)},
-    "thermal_power": {
-        "thermal_seconds": _number(0),
-        "thermal_critical_seconds": _number(0),
-        "power_brake_seconds": _number(0),
-    },
-    "pcie": {"load_utilization": _number(0, 1), "judge_in_p0": _bool, "degraded_seconds": _number(0)},
-}
+@dataclass(frozen=True, slots=True)
+class ComputeModeThresholds:
+    expected: str | None = setting(
+        REQUIRED, "the compute mode the node's policy declares (null: do not check)", allowed=COMPUTE_MODES
+    )
 
+
+@dataclass(frozen=True, slots=True)
+class ThermalPowerThresholds:
+    thermal_seconds: float = setting(REQUIRED, "seconds of thermal slowdown before a warning", at_least(0))
+    thermal_critical_seconds: float = setting(REQUIRED, "seconds of thermal slowdown before critical", at_least(0))
+    power_brake_seconds: float = setting(REQUIRED, "seconds of HW power brake before critical", at_least(0))
+
+
+@dataclass(frozen=True, slots=True)
+class PcieThresholds:
+    load_utilization: float = setting(REQUIRED, "utilization (0..1) from which the link must run at max gen",
+                                      between(0, 1))
+    judge_in_p0: bool = setting(REQUIRED, "also judge the generation whenever the GPU is in P0")
+    degraded_seconds: float = setting(REQUIRED, "seconds of uninterrupted degradation before a warning", at_least(0))
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Every section, under its detector's name (the top level of thresholds.yaml)."""
+
+    machine: MachineThresholds
+    lost_card: LostCardThresholds
+    ecc: EccThresholds
+    driver: DriverThresholds
+    memory_leak: MemoryLeakThresholds
+    nvlink: NvlinkThresholds
+    compute_mode: ComputeModeThresholds
+    thermal_power: ThermalPowerThresholds
+    pcie: PcieThresholds
+
+
+#: section name -> its dataclass (derived from ``Thresholds``).
+SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Thresholds)[f.name] for f in dataclasses.fields(Thresholds)}
+#: section -> key -> Key (derived from the dataclasses).
+SCHEMA: dict[str, dict[str, Key]] = {name: schema_of(cls) for name, cls in SECTIONS.items()}
+#: dotted key (``ecc.retired_pages_limit``) -> Key: what ``validate`` checks.
+FLAT_SCHEMA: dict[str, Key] = {f"{s}.{k}": key for s, keys in SCHEMA.items() for k, key in keys.items()}
+
+
+# -- the rules across keys ------------------------------------------------------------------------
 
 def _cross_checks(values: Mapping[str, Mapping[str, Any]]) -> None:
     nv = values["nvlink"]
@@ -116,7 +159,7 @@ def _cross_checks(values: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def _validate(data: Any, base: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
-    """Check ``data`` against SCHEMA; with ``base`` (the defaults) missing keys are taken from it,
+    """Check ``data`` against the schema; with ``base`` (the defaults) missing keys are taken from it,
     without it every key must be present."""
     if data is None:
         data = {}
@@ -132,14 +175,13 @@ def _validate(data: Any, base: Mapping[str, Mapping[str, Any]] | None) -> dict[s
             raise ThresholdError(f"{section}: must be a mapping of keys to values")
         values = out.setdefault(section, {})
         for key, value in keys.items():
-            check = SCHEMA[section].get(key)
-            if check is None:
+            if key not in SCHEMA[section]:
                 allowed = ", ".join(SCHEMA[section]) or "none"
                 raise ThresholdError(f"{section}.{key}: unknown key (keys of {section}: {allowed})")
-            problem = check(value)
-            if problem:
-                raise ThresholdError(f"{section}.{key}: {problem}, got {value!r}")
-            values[key] = value
+            try:
+                values[key] = validate(FLAT_SCHEMA, f"{section}.{key}", value)
+            except ConfigError as error:
+                raise ThresholdError(str(error)) from None
     for section, keys in SCHEMA.items():
         for key in keys:
             if key not in out.get(section, {}):
@@ -197,3 +239,8 @@ def for_detector(name: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
     merged = dict(_defaults().get(name, {}))
     merged.update(config or {})
     return merged
+
+
+def typed(values: Mapping[str, Mapping[str, Any]]) -> Thresholds:
+    """Validated ``{section: {key: value}}`` (``load_thresholds``) as the typed ``Thresholds``."""
+    return Thresholds(**{name: cls(**values[name]) for name, cls in SECTIONS.items()})

@@ -1,6 +1,6 @@
 """The one schema mechanism: keys declared once, validated with errors that name the key and the rule.
 
-Two forms, one set of rules and messages:
+Three forms, one set of rules and messages:
 
 - **Settings** (the agent's and the remediation service's configuration, the health thresholds):
   a frozen dataclass per section whose fields are declared with ``setting(default, doc, check,
@@ -9,12 +9,20 @@ Two forms, one set of rules and messages:
   second time — and ``build(cls, values)`` makes the validated, typed object.
 - **Shapes** (scenarios, webhook payloads): nested mappings and lists described by example —
   ``{"name": str, "description?": str, "gpus": [{"index": int}]}`` — checked by ``check_shape``
-  with the path of the offending value (``gpus[3].index``).
+  with the path of the offending value (``gpus[3].index``). A leaf may be a ``Key`` (its type,
+  allowed values and check apply, with the same messages as a setting's), and a mapping may admit
+  other keys (``"...": shape``).
+- **Keys** on their own (the fault policy's entries, the simulator's fault parameters): a table of
+  ``Key`` checked with ``validate`` (or ``check_value`` for one value).
+
+``REQUIRED`` as a default means the key has none: the data must give it (the health thresholds,
+whose numbers live in their commented YAML; a fault parameter such as the XID code).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -24,6 +32,10 @@ from typing import Any
 import yaml
 
 Check = Callable[[Any], "str | None"]  # returns an error text, or None when the value is valid
+
+#: The default of a key that has none (the value must be given): a setting without a default is a
+#: required dataclass field; ``Key.default`` is this object.
+REQUIRED: Any = dataclasses.MISSING
 
 
 class ConfigError(ValueError):
@@ -41,15 +53,54 @@ class Key:
     allowed: tuple[Any, ...] | None = None
 
 
-def between(low: float, high: float) -> Check:
-    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+@dataclasses.dataclass(frozen=True, slots=True)
+class Range:
+    """A check for a number in ``low..high`` (``high`` None: no upper bound; ``strict``: ``low``
+    itself is excluded). Its bounds stay readable (``--help`` texts show them); a NaN or an
+    infinity is never in range."""
+
+    low: float
+    high: float | None = None
+    strict: bool = False
+
+    def __call__(self, value: Any) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        low, high = self.low, self.high
+        if value < low or (self.strict and value == low) or (high is not None and value > high):
+            return self.rule()
+        return None
+
+    def rule(self) -> str:
+        if not self.strict and self.high is not None:
+            return f"must be between {self.low} and {self.high}"
+        text = f"must be > {self.low}" if self.strict else f"must be >= {self.low}"
+        return text + (f" and <= {self.high}" if self.high is not None else "")
+
+
+def between(low: float, high: float) -> Range:
+    """``low <= value <= high``."""
+    return Range(low, high)
+
+
+def at_least(low: float) -> Range:
+    """``value >= low`` (and finite)."""
+    return Range(low)
+
+
+def above(low: float, high: float | None = None) -> Range:
+    """``value > low`` (and ``<= high`` when given; finite)."""
+    return Range(low, high, strict=True)
 
 
 # -- settings: dataclasses whose fields are the keys ----------------------------------------------
 
 def setting(default: Any, doc: str, check: Check | None = None, allowed: tuple[Any, ...] | None = None) -> Any:
-    """A dataclass field that is a key of the schema (its type comes from the annotation)."""
+    """A dataclass field that is a key of the schema (its type comes from the annotation);
+    ``default`` ``REQUIRED``: a field without a default (the values must name it)."""
     metadata = {"doc": doc, "check": check, "allowed": allowed}
+    if default is REQUIRED:
+        return dataclasses.field(metadata=metadata)
     if isinstance(default, Mapping):
         frozen = dict(default)
         return dataclasses.field(default_factory=lambda: types.MappingProxyType(dict(frozen)), metadata=metadata)
@@ -133,15 +184,23 @@ def validate(schema: Mapping[str, Key], key: str, value: Any) -> Any:
     spec = schema.get(key)
     if spec is None:
         raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(schema))}")
-    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
-    check_type(key, value, kinds)
-    if spec.allowed is not None and value not in spec.allowed:
-        raise ConfigError(f"{key}: must be one of {', '.join(map(str, spec.allowed))}, got {value!r}")
-    if spec.check is not None and value is not None:
-        problem = spec.check(value)
-        if problem:
-            raise ConfigError(f"{key}: {problem}, got {value!r}")
+    check_value(key, value, spec)
     return value
+
+
+def check_value(where: str, value: Any, key: Key, error: type[ValueError] = ConfigError) -> None:
+    """Raise ``error`` naming ``where`` and the rule when ``value`` is not valid for ``key``: its
+    type, then its allowed values, then its check (a None that the type admits is valid)."""
+    kinds = key.kind if isinstance(key.kind, tuple) else (key.kind,)
+    check_type(where, value, kinds, error)
+    if value is None:
+        return
+    if key.allowed is not None and value not in key.allowed:
+        raise error(f"{where}: must be one of {', '.join(map(str, key.allowed))}, got {shown(value)}")
+    if key.check is not None:
+        problem = key.check(value)
+        if problem:
+            raise error(f"{where}: {problem}, got {shown(value)}")
 
 
 def check_type(where: str, value: Any, kinds: tuple[type, ...], error: type[ValueError] = ConfigError) -> None:
@@ -149,7 +208,13 @@ def check_type(where: str, value: Any, kinds: tuple[type, ...], error: type[Valu
     if isinstance(value, bool) and bool not in kinds:  # bool is an int in Python; not here
         raise error(f"{where}: must be {type_names(kinds)}, got a boolean")
     if not isinstance(value, kinds):
-        raise error(f"{where}: must be {type_names(kinds)}, got {type(value).__name__} {value!r}")
+        raise error(f"{where}: must be {type_names(kinds)}, got {type(value).__name__} {shown(value)}")
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (error messages may go back to a client)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def type_names(kinds: tuple[type, ...]) -> str:
@@ -189,23 +254,36 @@ def resolve(
 
 # -- shapes: nested data described by example -----------------------------------------------------
 
+OTHER_KEYS = "..."  # in a mapping shape: the shape of every key not named (``typing.Any``: anything)
+
+
 def check_shape(value: Any, shape: Any, path: str = "", error: type[ValueError] = ConfigError) -> None:
     """Raise ``error`` naming the path when ``value`` does not match ``shape``.
 
-    A shape is a type or tuple of types (a leaf), ``[item_shape]`` (a list of items), or a mapping of
-    key -> shape where a key ending in ``?`` is optional; unknown keys are refused (the path's
-    ``x-`` keys at the top level are free, for comments)."""
+    A shape is a leaf — a type or tuple of types, a ``Key`` (type, allowed values and check, as
+    ``validate`` applies them) or ``typing.Any`` —, ``[item_shape]`` (a list of items), or a mapping
+    of key -> shape where a key ending in ``?`` is optional. Unknown keys are refused unless the
+    mapping has ``"..."`` (``OTHER_KEYS``): then each other key's value must match its shape
+    (``{"...": str}``: a string map; ``{"...": Any}``: other keys are ignored). The path's ``x-``
+    keys at the top level are free, for comments."""
+    if shape is Any:
+        return
+    if isinstance(shape, Key):
+        check_value(path, value, shape, error)
+        return
     if isinstance(shape, dict):
         if not isinstance(value, dict):
             raise error(f"{path or 'document'}: expected a mapping, got {type(value).__name__}")
-        allowed = {k.rstrip("?"): k.endswith("?") for k in shape}
+        others = shape.get(OTHER_KEYS, _CLOSED)
+        allowed = {k.rstrip("?"): k.endswith("?") for k in shape if k != OTHER_KEYS}
         for key in value:
             if not isinstance(key, str):
                 raise error(f"{path or 'document'}: keys must be strings, got {key!r}")
-            if path == "" and key.startswith("x-"):
+            if path == "" and key.startswith("x-") or key in allowed:
                 continue
-            if key not in allowed:
+            if others is _CLOSED:
                 raise error(f"{_join(path, key)}: unknown key (allowed: {', '.join(sorted(allowed))})")
+            check_shape(value[key], others, _join(path, key), error)
         for key, optional in allowed.items():
             if key not in value:
                 if not optional:
@@ -220,6 +298,9 @@ def check_shape(value: Any, shape: Any, path: str = "", error: type[ValueError] 
             check_shape(item, shape[0], f"{path}[{i}]", error)
         return
     check_type(path, value, shape if isinstance(shape, tuple) else (shape,), error)
+
+
+_CLOSED = object()
 
 
 def _join(path: str, key: str) -> str:

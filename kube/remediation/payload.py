@@ -1,8 +1,12 @@
 """Alertmanager webhook payload (version "4") parsed into frozen dataclasses.
 
 Pure: takes the decoded JSON, returns ``Notification`` or raises ``PayloadError`` naming the
-field and the rule. Unknown fields are ignored, as Alertmanager asks of receivers
-(gpu-faults.md §4; alertmanager notify/webhook/webhook.go).
+field and the rule (the server answers HTTP 400 with it). The payload is described once, as a
+``runtimekit.schema`` shape (``NOTIFICATION``): which fields are required, their types, and as
+``Key`` leaves the value rules (allowed statuses, the version, RFC 3339 timestamps, the
+fingerprint's length) and the optional fields' defaults. ``check_shape`` validates it; nothing
+here checks a field by hand. Unknown fields are ignored (``"..."``), as Alertmanager asks of
+receivers (gpu-faults.md §4; alertmanager notify/webhook/webhook.go).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from runtimekit.schema import OTHER_KEYS, Key, at_least, check_shape
 
 STATUSES = ("firing", "resolved")
 
@@ -40,56 +46,74 @@ class Notification:
     truncated_alerts: int = 0
 
 
-def _field(data: Mapping[str, Any], name: str, where: str, kind: type, required: bool = True, default: Any = None) -> Any:
-    if name not in data:
-        if required:
-            raise PayloadError(f"{where}{name}: required field is missing")
-        return default
-    value = data[name]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise PayloadError(f"{where}{name}: must be {kind.__name__}, got {type(value).__name__}")
-    return value
+# -- the rules a shape's types cannot say ---------------------------------------------------------
+
+def _version_4(value: str) -> str | None:
+    return None if value == "4" else 'must be "4"'
 
 
-def _string_map(data: Mapping[str, Any], name: str, where: str, required: bool) -> dict[str, str]:
-    value = _field(data, name, where, dict, required, {})
-    for key, item in value.items():
-        if not isinstance(item, str):
-            raise PayloadError(f"{where}{name}.{key}: must be a string, got {type(item).__name__}")
-    return dict(value)
+def _rfc3339(value: str) -> str | None:
+    """An RFC 3339 timestamp, or "" (Alertmanager sends endsAt "0001-01-01T00:00:00Z" or nothing)."""
+    if not value:
+        return None
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return "must be an RFC 3339 timestamp"
+    return None
 
 
-def _timestamp(data: Mapping[str, Any], name: str, where: str, required: bool) -> str:
-    value = _field(data, name, where, str, required, "")
-    if value:
-        try:
-            datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise PayloadError(f"{where}{name}: must be an RFC 3339 timestamp, got {value[:64]!r}") from None
-    return value
+def _rfc3339_given(value: str) -> str | None:
+    return "must be a non-empty RFC 3339 timestamp" if not value else _rfc3339(value)
 
 
-def _alert(data: Any, index: int) -> Alert:
-    where = f"alerts[{index}]."
-    if not isinstance(data, dict):
-        raise PayloadError(f"alerts[{index}]: must be an object, got {type(data).__name__}")
-    status = _field(data, "status", where, str)
-    if status not in STATUSES:
-        raise PayloadError(f"{where}status: must be one of firing, resolved, got {status[:32]!r}")
-    fingerprint = _field(data, "fingerprint", where, str)
-    if not fingerprint or len(fingerprint) > 128:
-        raise PayloadError(f"{where}fingerprint: must be a non-empty string of at most 128 characters")
-    starts_at = _timestamp(data, "startsAt", where, True)
-    if not starts_at:
-        raise PayloadError(f"{where}startsAt: must be a non-empty RFC 3339 timestamp")
+def _fingerprint(value: str) -> str | None:
+    return None if 0 < len(value) <= 128 else "must be a non-empty string of at most 128 characters"
+
+
+_STRING_MAP = {OTHER_KEYS: str}  # label name -> value
+
+# -- the payload, declared once -------------------------------------------------------------------
+
+ALERT: dict[str, Any] = {
+    "status": Key(str, None, "firing or resolved", allowed=STATUSES),
+    "labels": _STRING_MAP,
+    "annotations?": _STRING_MAP,
+    "startsAt": Key(str, None, "when the alert started (RFC 3339); part of the dedupe key", _rfc3339_given),
+    "endsAt?": Key(str, "", "when it ended or will be resolved (RFC 3339)", _rfc3339),
+    "generatorURL?": Key(str, "", "the alert's source (Prometheus graph)"),
+    "fingerprint": Key(str, None, "the alert's identity (hash of its labels)", _fingerprint),
+    OTHER_KEYS: Any,
+}
+
+NOTIFICATION: dict[str, Any] = {
+    "version": Key(str, None, 'the webhook format; only "4" exists', _version_4),
+    "status": Key(str, None, "firing when any alert fires", allowed=STATUSES),
+    "receiver": Key(str, None, "the receiver's name in Alertmanager's configuration"),
+    "groupKey": Key(str, None, "identifies the alert group"),
+    "truncatedAlerts?": Key(int, 0, "alerts left out of this notification (max_alerts)", at_least(0)),
+    "alerts": [ALERT],
+    OTHER_KEYS: Any,  # groupLabels, commonLabels, commonAnnotations, externalURL: not used
+}
+
+
+def _get(data: Mapping[str, Any], shape: Mapping[str, Any], name: str) -> Any:
+    """The field, or the default its (optional) shape declares: a Key's default, {} for a map."""
+    if name in data:
+        return data[name]
+    declared = shape[f"{name}?"]
+    return declared.default if isinstance(declared, Key) else {}
+
+
+def _alert(data: Mapping[str, Any]) -> Alert:
     return Alert(
-        status=status,
-        labels=_string_map(data, "labels", where, True),
-        annotations=_string_map(data, "annotations", where, False),
-        starts_at=starts_at,
-        ends_at=_timestamp(data, "endsAt", where, False),
-        fingerprint=fingerprint,
-        generator_url=_field(data, "generatorURL", where, str, False, ""),
+        status=data["status"],
+        labels=dict(data["labels"]),
+        annotations=dict(_get(data, ALERT, "annotations")),
+        starts_at=data["startsAt"],
+        ends_at=_get(data, ALERT, "endsAt"),
+        fingerprint=data["fingerprint"],
+        generator_url=_get(data, ALERT, "generatorURL"),
     )
 
 
@@ -97,21 +121,12 @@ def parse(data: Any) -> Notification:
     """Validate a decoded webhook body; raises PayloadError naming the field and rule."""
     if not isinstance(data, dict):
         raise PayloadError(f"body: must be a JSON object, got {type(data).__name__}")
-    version = _field(data, "version", "", str)
-    if version != "4":
-        raise PayloadError(f"version: must be \"4\", got {version[:16]!r}")
-    status = _field(data, "status", "", str)
-    if status not in STATUSES:
-        raise PayloadError(f"status: must be one of firing, resolved, got {status[:32]!r}")
-    alerts = _field(data, "alerts", "", list)
-    truncated = _field(data, "truncatedAlerts", "", int, False, 0)
-    if truncated < 0:
-        raise PayloadError("truncatedAlerts: must be >= 0")
+    check_shape(data, NOTIFICATION, "", PayloadError)
     return Notification(
-        version=version,
-        status=status,
-        receiver=_field(data, "receiver", "", str),
-        group_key=_field(data, "groupKey", "", str),
-        alerts=tuple(_alert(item, i) for i, item in enumerate(alerts)),
-        truncated_alerts=truncated,
+        version=data["version"],
+        status=data["status"],
+        receiver=data["receiver"],
+        group_key=data["groupKey"],
+        alerts=tuple(_alert(item) for item in data["alerts"]),
+        truncated_alerts=_get(data, NOTIFICATION, "truncatedAlerts"),
     )

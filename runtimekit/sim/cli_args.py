@@ -1,5 +1,8 @@
 """argparse options built from FAULT_KINDS, for ``runtimekit sim inject``.
 
+Each option is read off the parameter's ``runtimekit.schema.Key`` (``ParamSpec.key``): its type,
+choices (``allowed``), range (the ``between`` check) and doc; nothing is declared here.
+
 Each distinct parameter becomes one option (``--xid``, ``--link``, ``--rate``, ``--mode``,
 ``--bytes``, ``--error``, ``--width``, ``--gen``, ``--count``) defaulting to None; the kinds that
 use it are named in its help. ``--fault KIND`` (dest ``fault``, default None) is added too.

@@ -1,8 +1,9 @@
 """Fault kinds the simulated node can be given, as data: description and parameter schema.
 
 ``FAULT_KINDS`` is the single table the simulator, the CLI (``cli_args``) and the HTTP control
-API (``control``) read. ``validate_params`` checks a parameter dict against it and fills
-defaults; node-dependent limits (link index < the GPU's link count, PCIe generation <= its max)
+API (``control``) read. Each parameter is declared once, as a ``runtimekit.schema.Key`` (type,
+default, doc, a ``between`` range or the ``allowed`` choices); ``validate_params`` checks a
+parameter dict through those keys (``runtimekit.schema.validate``) and fills defaults; node-dependent limits (link index < the GPU's link count, PCIe generation <= its max)
 are checked by ``SimulatedNode.inject``. XID meanings: NVIDIA "XID Errors" catalogue
 (https://docs.nvidia.com/deploy/xid-errors/); ECC containment and row remapping: NVIDIA "GPU Memory
 Error Management" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
@@ -14,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from runtimekit.schema import REQUIRED, ConfigError, Key, Range, between, validate
 
 __all__ = ["FaultError", "ParamSpec", "FaultSpec", "FAULT_KINDS", "DRIVER_ERRORS", "COMPUTE_MODES", "RECOVERY_ACTIONS", "validate_params"]
 
@@ -52,28 +55,55 @@ COMPUTE_MODES: Mapping[str, int] = MappingProxyType({"default": 0, "prohibited":
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One parameter of a fault kind.
+    """One parameter of a fault kind: its name and its ``runtimekit.schema.Key``, declared once.
 
-    ``type`` is ``int``, ``float`` or ``str``; ``default`` None means "computed by the node"
-    (documented in ``help``); ``choices`` restricts strings; ``minimum``/``maximum`` bound numbers.
+    The key's ``kind`` is ``int``, ``float`` or ``str``; its ``default`` is ``REQUIRED`` when the
+    parameter must be given and None when it is "computed by the node" (said in ``doc``); ``allowed``
+    restricts strings and a ``Range`` check (``between``) bounds numbers. ``validate_params``, the CLI's
+    options (``cli_args``) and the control API's listing all read the key.
     """
 
     name: str
-    type: type
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    maximum: float | None = None
+    key: Key
+
+    @property
+    def type(self) -> type:
+        """``int``, ``float`` or ``str``."""
+        kind = self.key.kind
+        return kind[0] if isinstance(kind, tuple) else kind
+
+    @property
+    def default(self) -> Any:
+        """The default (None: computed by the node, or required)."""
+        return None if self.required else self.key.default
+
+    @property
+    def required(self) -> bool:
+        return self.key.default is REQUIRED
+
+    @property
+    def help(self) -> str:
+        return self.key.doc
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self.key.allowed or ())
 
     def allowed(self) -> str:
         """Human text of the allowed values, for error messages and --help."""
         if self.choices:
             return "one of " + ", ".join(self.choices)
-        lo = "" if self.minimum is None else _num(self.minimum)
-        hi = "" if self.maximum is None else _num(self.maximum)
         kind = "an integer" if self.type is int else "a number" if self.type is float else "a string"
-        return f"{kind} in {lo}..{hi}" if (lo or hi) else kind
+        check = self.key.check
+        if isinstance(check, Range):
+            hi = "" if check.high is None else _num(check.high)
+            return f"{kind} in {_num(check.low)}..{hi}"
+        return kind
+
+
+def _param(name: str, kind: type, default: Any, doc: str, check: Range | None = None,
+           allowed: tuple[str, ...] | None = None) -> ParamSpec:
+    return ParamSpec(name, Key(kind, default, doc, check, allowed))
 
 
 @dataclass(frozen=True)
@@ -90,12 +120,16 @@ class FaultSpec:
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)
 
+    def schema(self) -> dict[str, Key]:
+        """``params.<name>`` -> Key, for ``runtimekit.schema.validate``."""
+        return {f"params.{p.name}": p.key for p in self.params}
+
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-_LINK = ParamSpec("link", int, 0, "NVLink index (0..links-1)", minimum=0, maximum=17)
+_LINK = _param("link", int, 0, "NVLink index (0..links-1)", between(0, 17))
 
 FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
     {
@@ -104,12 +138,12 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
             FaultSpec(
                 "xid",
                 "deliver an XID to registered event sets (79 = fallen off the bus: the GPU is also lost)",
-                (ParamSpec("xid", int, None, "XID code (required)", minimum=1, maximum=999),),
+                (_param("xid", int, REQUIRED, "XID code (required)", between(1, 999)),),
             ),
             FaultSpec(
                 "ecc-uncorrectable",
                 "volatile and aggregate uncorrected ECC counters grow by count; XID 48",
-                (ParamSpec("count", int, 1, "uncorrectable errors to add", minimum=1, maximum=1_000_000),),
+                (_param("count", int, 1, "uncorrectable errors to add", between(1, 1_000_000)),),
                 xid=48,
             ),
             FaultSpec(
@@ -117,7 +151,7 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "contained uncorrectable DRAM ECC error (A100/H100): uncorrected volatile and aggregate ECC "
                 "counters grow by count, uncorrectable remapped rows grow by count and a remap goes pending "
                 "(reset to apply); DBE event, XID 94 (contained: only the faulting app dies), then XID 63",
-                (ParamSpec("count", int, 1, "uncorrectable errors (one faulty row each)", minimum=1, maximum=512),),
+                (_param("count", int, 1, "uncorrectable errors (one faulty row each)", between(1, 512)),),
                 xid=94,
             ),
             FaultSpec("row-remap-pending", "an uncorrectable row remap is pending (reset needed); XID 63", xid=63),
@@ -128,27 +162,27 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "nvlink-crc",
                 "NVLink CRC flit and data error counters grow at rate per second; the replay counter grows "
                 "with them (each CRC-errored flit is replayed)",
-                (ParamSpec("rate", float, 1000.0, "errors per second", minimum=0, maximum=1e9), _LINK),
+                (_param("rate", float, 1000.0, "errors per second", between(0, 1e9)), _LINK),
             ),
             FaultSpec(
                 "nvlink-recovery",
                 "NVLink recovery (DL_RECOVERY) counter grows by count (the link retrained); CRC and replay stay",
-                (ParamSpec("count", int, 1, "link recoveries to add", minimum=1, maximum=1_000_000), _LINK),
+                (_param("count", int, 1, "link recoveries to add", between(1, 1_000_000)), _LINK),
             ),
             FaultSpec(
                 "compute-mode",
                 "nvmlDeviceGetComputeMode answers this mode",
-                (ParamSpec("mode", str, "exclusive-process", "compute mode", choices=tuple(COMPUTE_MODES)),),
+                (_param("mode", str, "exclusive-process", "compute mode", allowed=tuple(COMPUTE_MODES)),),
             ),
             FaultSpec(
                 "memory-leak",
                 "memory used grows by bytes with no process holding it",
-                (ParamSpec("bytes", int, 4 << 30, "leaked bytes", minimum=1, maximum=1 << 50),),
+                (_param("bytes", int, 4 << 30, "leaked bytes", between(1, 1 << 50)),),
             ),
             FaultSpec(
                 "driver-error",
                 "every NVML call on the device returns this error",
-                (ParamSpec("error", str, "unknown", "NVML error", choices=tuple(DRIVER_ERRORS)),),
+                (_param("error", str, "unknown", "NVML error", allowed=tuple(DRIVER_ERRORS)),),
             ),
             FaultSpec(
                 "thermal-slowdown",
@@ -159,15 +193,15 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "recovery-action",
                 "the driver announces the recovery it needs: field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) "
                 "holds it, and XID 154 is delivered",
-                (ParamSpec("action", str, "gpu_reset", "the recovery action", choices=tuple(RECOVERY_ACTIONS)),),
+                (_param("action", str, "gpu_reset", "the recovery action", allowed=tuple(RECOVERY_ACTIONS)),),
                 xid=154,
             ),
             FaultSpec(
                 "pcie-downtrain",
                 "current PCIe link width/generation drop",
                 (
-                    ParamSpec("width", int, 8, "lanes", minimum=1, maximum=16),
-                    ParamSpec("gen", int, None, "PCIe generation (default: max - 1)", minimum=1, maximum=6),
+                    _param("width", int, 8, "lanes", between(1, 16)),
+                    _param("gen", int, None, "PCIe generation (default: max - 1)", between(1, 6)),
                 ),
             ),
         )
@@ -176,48 +210,42 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
 
 
 def validate_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check ``params`` for ``kind`` and return them with defaults filled (FaultError otherwise)."""
+    """Check ``params`` for ``kind`` against its keys and return them with defaults filled
+    (FaultError naming ``params.<name>`` and what is allowed otherwise)."""
     spec = FAULT_KINDS.get(kind)
     if spec is None:
         raise FaultError(f"fault: unknown kind {kind!r} (allowed: {', '.join(sorted(FAULT_KINDS))})")
-    params = dict(params or {})
-    if not isinstance(params, dict):
+    if params is not None and not isinstance(params, Mapping):
         raise FaultError("params: must be an object")
-    out: dict[str, Any] = {}
+    params = dict(params or {})
     for name in params:
         if spec.param(name) is None:
             names = ", ".join(p.name for p in spec.params) or "none"
             raise FaultError(f"params.{name}: not a parameter of {kind} (parameters: {names})")
+    schema = spec.schema()
+    out: dict[str, Any] = {}
     for p in spec.params:
         value = params.get(p.name)
         if value is None:
-            if p.default is None and p.name == "xid":
-                raise FaultError(f"params.xid: required for {kind}; {p.allowed()}")
+            if p.required:
+                raise FaultError(f"params.{p.name}: required for {kind}; {p.allowed()}")
             out[p.name] = p.default
             continue
-        out[p.name] = _coerce(p, value)
+        value = _coerce(p, value)
+        try:
+            validate(schema, f"params.{p.name}", value)
+        except ConfigError:
+            raise FaultError(f"params.{p.name}: got {value!r}; must be {p.allowed()}") from None
+        out[p.name] = value
     return out
 
 
 def _coerce(p: ParamSpec, value: Any) -> Any:
-    bad = FaultError(f"params.{p.name}: got {value!r}; must be {p.allowed()}")
+    """JSON's numbers as the key's type: 3.0 for an integer parameter is 3, 3 for a number is 3.0."""
     if isinstance(value, bool):
-        raise bad
-    if p.type is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int):
-            raise bad
-    elif p.type is float:
-        if not isinstance(value, (int, float)):
-            raise bad
-        value = float(value)
-    elif not isinstance(value, str):
-        raise bad
-    if p.choices and value not in p.choices:
-        raise bad
-    if p.minimum is not None and value < p.minimum:
-        raise bad
-    if p.maximum is not None and value > p.maximum:
-        raise bad
+        return value  # refused by the key's type
+    if p.type is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if p.type is float and isinstance(value, int):
+        return float(value)
     return value

@@ -11,12 +11,16 @@ from runtimekit.healthcheck.detectors import DETECTORS
 from runtimekit.healthcheck.thresholds import (
     DEFAULT_PATH,
     SCHEMA,
+    SECTIONS,
     ThresholdError,
+    Thresholds,
     defaults,
     for_detector,
     load_thresholds,
     parse_thresholds,
+    typed,
 )
+from runtimekit.schema import REQUIRED
 
 
 def test_packaged_thresholds_are_complete_and_valid() -> None:
@@ -29,6 +33,21 @@ def test_packaged_thresholds_are_complete_and_valid() -> None:
     assert values["driver"]["app_xid_window_seconds"] == 86400
     assert values["nvlink"]["error_per_second_critical"] == 100.0
     assert values["thermal_power"]["power_brake_seconds"] == 3
+
+
+def test_the_yaml_and_the_dataclasses_list_the_same_keys() -> None:
+    """The dataclasses declare the keys (type, rule, meaning), the YAML their values (and reasons):
+    neither lists a key the other lacks, and the dataclasses carry no second copy of a number."""
+    data = yaml.safe_load(DEFAULT_PATH.read_text())
+    assert list(data) == list(SECTIONS)
+    for section, keys in SCHEMA.items():
+        assert set(data[section] or {}) == set(keys), section
+        for name, key in keys.items():
+            assert key.default is REQUIRED, f"{section}.{name}: the value belongs in thresholds.yaml"
+            assert key.doc, f"{section}.{name} has no doc"
+    values = typed(load_thresholds())
+    assert isinstance(values, Thresholds)
+    assert values.ecc.retired_pages_limit == 60 and values.compute_mode.expected == "default"
 
 
 def test_every_detector_has_a_section() -> None:
@@ -81,7 +100,11 @@ def test_for_detector_merges_over_defaults() -> None:
         ({"driver": {"app_xid_bursts": 0}}, "driver.app_xid_bursts: must be >= 1"),
         ({"driver": {"app_xid_burst_seconds": 0}}, "driver.app_xid_burst_seconds: must be > 0"),
         ({"driver": {"app_xid_burst_seconds": 90000}}, "app_xid_burst_seconds must be shorter"),
-        ({"memory_leak": {"ghost_utilization": 1.5}}, "memory_leak.ghost_utilization"),
+        ({"memory_leak": {"ghost_utilization": 1.5}}, "memory_leak.ghost_utilization: must be > 0 and <= 1, got 1.5"),
+        ({"memory_leak": {"ghost_seconds": -1}}, "memory_leak.ghost_seconds: must be >= 0, got -1"),
+        ({"pcie": {"load_utilization": 2}}, "pcie.load_utilization: must be between 0 and 1"),
+        ({"ecc": {"contained_xid_window_seconds": float("inf")}}, "must be a finite number"),
+        ({"nvlink": {"recovery_increase": 1.5}}, "nvlink.recovery_increase: must be an integer"),
         ({"memory_leak": {"leak_bytes_per_second": float("nan")}}, "must be a finite number"),
         ({"memory_leak": {"require_visible_processes": "yes"}}, "must be true or false"),
         ({"nvlink": {"error_per_second_warning": 200.0}}, "error_per_second_warning must not exceed"),

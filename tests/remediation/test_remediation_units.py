@@ -25,23 +25,49 @@ def _mutate(path, value):
     (("version",), "3", "version: must be \"4\""),
     (("version",), KeyError, "version: required"),
     (("status",), "pending", "status: must be one of"),
-    (("alerts",), {}, "alerts: must be list"),
-    (("receiver",), 3, "receiver: must be str"),
+    (("alerts",), {}, "alerts: expected a list"),
+    (("alerts",), [1], "alerts[0]: expected a mapping"),
+    (("receiver",), 3, "receiver: must be a string"),
     (("groupKey",), KeyError, "groupKey: required"),
     (("alerts", 0, "fingerprint"), "", "alerts[0].fingerprint"),
     (("alerts", 0, "startsAt"), "yesterday", "alerts[0].startsAt: must be an RFC 3339"),
     (("alerts", 0, "labels"), {"a": 1}, "alerts[0].labels.a: must be a string"),
     (("alerts", 0, "status"), "x", "alerts[0].status"),
-    (("truncatedAlerts",), True, "truncatedAlerts: must be int"),
+    (("alerts", 0, "startsAt"), "", "alerts[0].startsAt: must be a non-empty RFC 3339"),
+    (("alerts", 0, "startsAt"), KeyError, "alerts[0].startsAt: required"),
+    (("alerts", 0, "endsAt"), "soon", "alerts[0].endsAt: must be an RFC 3339"),
+    (("alerts", 0, "annotations"), [], "alerts[0].annotations: expected a mapping"),
+    (("alerts", 0, "generatorURL"), 1, "alerts[0].generatorURL: must be a string"),
+    (("alerts", 0, "fingerprint"), "f" * 129, "alerts[0].fingerprint: must be a non-empty string of at most 128"),
+    (("truncatedAlerts",), True, "truncatedAlerts: must be an integer"),
+    (("truncatedAlerts",), -1, "truncatedAlerts: must be >= 0"),
 ])
 def test_payload_rejects(path, value, message):
     with pytest.raises(PayloadError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse(_mutate(path, value))
 
 
+def test_payload_rejects_a_body_that_is_not_an_object():
+    with pytest.raises(PayloadError, match="body: must be a JSON object, got list"):
+        parse([])
+
+
+def test_payload_error_shows_at_most_a_short_value():
+    with pytest.raises(PayloadError) as info:
+        parse(_mutate(("version",), "x" * 10_000))
+    assert str(info.value).startswith('version: must be "4"') and len(str(info.value)) < 200
+
+
 def test_payload_accepts_and_ignores_unknown():
     n = parse(alert_body())
     assert n.version == "4" and n.alerts[0].labels["node"] == "gpu-1" and n.alerts[0].fingerprint == "fp1"
+    body = alert_body()
+    body["alerts"][0]["extra"] = {"nested": [1]}
+    for optional in ("annotations", "endsAt", "generatorURL"):
+        del body["alerts"][0][optional]
+    del body["truncatedAlerts"]
+    n = parse(body)
+    assert (n.truncated_alerts, n.alerts[0].annotations, n.alerts[0].ends_at, n.alerts[0].generator_url) == (0, {}, "", "")
     with pytest.raises(dataclasses.FrozenInstanceError):
         n.alerts[0].status = "resolved"  # type: ignore[misc]
 

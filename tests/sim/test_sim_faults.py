@@ -205,3 +205,24 @@ def test_active_faults_and_clear_counts(node):
     assert node.clear(0) == 0
     with pytest.raises(FaultError, match="fault: unknown kind"):
         node.clear(0, "meteor")
+
+
+def test_parameters_are_schema_keys_and_their_defaults_are_valid():
+    """Each parameter is one runtimekit.schema Key (type, default, doc, range or choices), and
+    validate_params goes through it: defaults pass, JSON's 3.0 is an integer, a boolean is no number."""
+    from runtimekit.schema import Key, validate
+    from runtimekit.sim.faults import validate_params
+
+    for spec in FAULT_KINDS.values():
+        for p in spec.params:
+            assert isinstance(p.key, Key) and p.help and p.type in (int, float, str)
+            if p.default is not None:
+                assert validate(spec.schema(), f"params.{p.name}", p.default) == p.default
+    assert validate_params("ecc-uncorrectable", {"count": 3.0}) == {"count": 3}
+    assert validate_params("nvlink-crc", {"rate": 5}) == {"rate": 5.0, "link": 0}
+    with pytest.raises(FaultError, match=r"params\.count: got True; must be an integer in 1\.\.1000000"):
+        validate_params("ecc-uncorrectable", {"count": True})
+    with pytest.raises(FaultError, match=r"params\.rate: got nan; must be a number in 0\.\.1000000000"):
+        validate_params("nvlink-crc", {"rate": float("nan")})
+    with pytest.raises(FaultError, match="params: must be an object"):
+        validate_params("xid", [79])  # type: ignore[arg-type]
