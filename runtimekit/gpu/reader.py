@@ -17,6 +17,9 @@ from typing import Any
 import pynvml
 
 from runtimekit.gpu import fields
+from runtimekit.gpu.convert import MHZ, MILLI
+from runtimekit.gpu.convert import map_reading as _map
+from runtimekit.gpu.errors import read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
 from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
 from runtimekit.gpu.processes import read_processes
@@ -24,19 +27,15 @@ from runtimekit.gpu.types import (
     NOT_SUPPORTED,
     Clocks,
     DriverInfo,
-    Ecc,
     GpuIdentity,
     GpuLimits,
     GpuSnapshot,
     Memory,
     Modes,
     NodeSnapshot,
-    NvLink,
     Pcie,
     Power,
     Reading,
-    RemappedRows,
-    RetiredPages,
     Thermal,
     Unavailable,
     Utilization,
@@ -46,9 +45,6 @@ from runtimekit.state.refs import normal_pci
 
 log = logging.getLogger(__name__)
 
-MHZ = 1e6  # NVML clocks are in MHz
-MILLI = 1e-3  # NVML power in mW, energy in mJ
-KIB = 1024
 
 ARCHITECTURES = {
     pynvml.NVML_DEVICE_ARCH_KEPLER: "kepler",
@@ -85,11 +81,6 @@ CUDA_DRIVER_VERSION = (
     Variant("nvmlSystemGetCudaDriverVersion_v2"),
     Variant("nvmlSystemGetCudaDriverVersion"),
 )
-
-
-def _map(value: Any, convert: Callable[[Any], Any]) -> Reading[Any]:
-    """Apply ``convert`` to a real reading; pass ``Unavailable`` through."""
-    return convert(value) if is_available(value) else value
 
 
 def _text(value: Any) -> str:
@@ -310,69 +301,15 @@ class NodeReader:
             power=power,
             clocks=clocks,
             pcie=pcie,
-            ecc=self._read_ecc(handle),
-            retired_pages=self._read_retired_pages(handle),
-            remapped_rows=self._read_remapped_rows(handle),
-            nvlinks=self._read_nvlinks(handle, device.limits.nvlink_count, values),
+            ecc=read_ecc(self.session, handle),
+            retired_pages=read_retired_pages(self.session, handle),
+            remapped_rows=read_remapped_rows(self.session, handle),
+            nvlinks=read_nvlinks(self.session, handle, _count(device.limits.nvlink_count), values),
             modes=self._read_modes(handle),
             processes=processes,
             recovery_action=_map(values.get(fields.RECOVERY_ACTION), _recovery_action),
         )
         return replace(snapshot, errors=_errors(snapshot, process_failure))
-
-    def _read_ecc(self, handle: Any) -> Ecc:
-        call = self.session.call
-        mode = call("nvmlDeviceGetEccMode", handle)
-
-        def count(error_type: int, counter: int) -> Reading[int]:
-            return call("nvmlDeviceGetTotalEccErrors", handle, error_type, counter)
-
-        corrected, uncorrected = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-        return Ecc(
-            enabled=_map(mode, lambda m: bool(m[0])),
-            corrected_volatile=count(corrected, pynvml.NVML_VOLATILE_ECC),
-            uncorrected_volatile=count(uncorrected, pynvml.NVML_VOLATILE_ECC),
-            corrected_aggregate=count(corrected, pynvml.NVML_AGGREGATE_ECC),
-            uncorrected_aggregate=count(uncorrected, pynvml.NVML_AGGREGATE_ECC),
-        )
-
-    def _read_retired_pages(self, handle: Any) -> RetiredPages:
-        call = self.session.call
-        single = call("nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-        if not is_available(single):  # not supported: skip the other two calls (row remapping era)
-            return RetiredPages(single, single, single)
-        double = call("nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-        pending = call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
-        return RetiredPages(len(single), _map(double, len), _map(pending, bool))
-
-    def _read_remapped_rows(self, handle: Any) -> RemappedRows:
-        rows = self.session.call("nvmlDeviceGetRemappedRows", handle)
-        return RemappedRows(
-            correctable=_map(rows, lambda r: int(r[0])),
-            uncorrectable=_map(rows, lambda r: int(r[1])),
-            pending=_map(rows, lambda r: bool(r[2])),
-            failure=_map(rows, lambda r: bool(r[3])),
-        )
-
-    def _read_nvlinks(self, handle: Any, link_count: Reading[int], values: fields.FieldValues) -> tuple[NvLink, ...]:
-        links = []
-        for link in range(_count(link_count)):
-            crc_data = self.session.call(
-                "nvmlDeviceGetNvLinkErrorCounter", handle, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
-            )
-            links.append(
-                NvLink(
-                    link=link,
-                    active=_map(values.get(fields.LINK_STATE, link), lambda v: v == pynvml.NVML_FEATURE_ENABLED),
-                    crc_flit_errors=_map(values.get(fields.LINK_CRC_FLIT, link), int),
-                    crc_data_errors=crc_data,
-                    replay_errors=_map(values.get(fields.LINK_REPLAY, link), int),
-                    recovery_errors=_map(values.get(fields.LINK_RECOVERY, link), int),
-                    tx_bytes=_map(values.get(fields.LINK_TX_KIB, link), lambda kib: int(kib) * KIB),
-                    rx_bytes=_map(values.get(fields.LINK_RX_KIB, link), lambda kib: int(kib) * KIB),
-                )
-            )
-        return tuple(links)
 
     def _read_modes(self, handle: Any) -> Modes:
         call = self.session.call
