@@ -52,7 +52,7 @@ class CollectorSpec:
 
 # Order here is the order of families in the exposition.
 COLLECTORS: Mapping[str, CollectorSpec] = {
-    "self": CollectorSpec(SelfCollector, True, "the agent itself: NVML up, sampler cycles and failures, snapshot age, build info"),
+    "self": CollectorSpec(SelfCollector, True, "the agent itself: NVML up, sampler cycles and failures, the last sample's time, build info"),
     "components": CollectorSpec(ComponentsCollector, True, "supervised components: up, restarts, last success"),
     "info": CollectorSpec(InfoCollector, True, "GPU identity (runtimekit_gpu_info) and lost GPUs"),
     "utilization": CollectorSpec(UtilizationCollector, True, "GPU, memory, encoder and decoder busy ratios"),
@@ -69,7 +69,7 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
     # options: {"process": {"cmdline": True, "cmdline_redact": <regex>, "cmdline_max_length": 256}}
     "process": CollectorSpec(ProcessCollector, True, "GPU processes with their pod: GPU memory and busy ratios, CPU and resident memory, opt-in command line"),
     "pod": CollectorSpec(PodCollector, True, "per-container GPU memory, SM share and process count; devices allocated by the kubelet"),
-    "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and attribution age"),
+    "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and the last refresh's time"),
     "health": CollectorSpec(HealthCollector, True, "health verdict per GPU and node, active faults, fault events and state transitions"),
 }
 

@@ -60,8 +60,9 @@ def _label_text(pairs: _LabelKey) -> str:
 class Renderer:
     """Renders families in one format, reusing the label text of series seen in the last render.
 
-    Not thread-safe: one renderer per format, used by one render at a time (the exposition cache
-    renders a format at most once at a time: single flight).
+    Two renders may run at once (the plain and gzip variants of one view, or two views): each builds
+    its own new caches from the last ones and swaps them in whole, so neither sees a half-built one;
+    the one that finishes last decides what the next render reuses.
     """
 
     def __init__(self, fmt: str) -> None:

@@ -25,14 +25,15 @@ def add_health_routes(app: web.Application, state: NodeState) -> None:
     """Serve ``GET /api/v1/health`` from ``state``."""
 
     async def health(request: web.Request) -> web.Response:
-        verdict = state.health
+        view = state.view()  # the verdict and the pods on each GPU from one moment
+        verdict = view.health
         if verdict is None:
             return web.json_response(
                 {"error": "not evaluated yet", "detail": "the health checker has not finished its first "
                  "evaluation (waiting for the first sample, or the checker is disabled)"},
                 status=503,
             )
-        return web.json_response(render_health(verdict, state.attribution))
+        return web.json_response(render_health(verdict, view.attribution))
 
     app.router.add_get(HEALTH_PATH, health)
 

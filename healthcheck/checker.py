@@ -1,11 +1,13 @@
 """HealthChecker: runs the detectors on every new sample and every new XID, steps the state machine,
 persists what must survive, and publishes the verdict in ``NodeState``.
 
-One asyncio task owned by a cleanup context (``runtimekit.service._health_context``). It never
-calls NVML: polled checks read the sampler's snapshot, event checks read ``state.xids_after``.
+The health component's task (``runtimekit.components.HealthComponent``). It never calls NVML:
+polled checks read the sampler's snapshot, event checks the XIDs of the same view.
 
 - ``state.watch(SAMPLE, XIDS)`` wakes the task after new samples and XIDs (from any thread); it
-  evaluates whatever is new — a sample, XIDs, or both in one evaluation — one evaluation at a time.
+  evaluates whatever is new in that one view — a sample, XIDs, or both in one evaluation — one
+  evaluation at a time. The verdict names the newest XID it includes (``NodeHealth.xid_sequence``):
+  a checker restarted by the supervisor starts after it, so no XID is judged twice.
 - The detectors run in a dedicated worker thread (a slow or stuck detector never blocks the loop
   or the default executor), bounded by ``timeout_seconds``. A detector that raises or times out is
   a failed probe, and a failed probe never reports "healthy": the node gets a node-level
@@ -33,7 +35,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
@@ -41,7 +43,7 @@ from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineSta
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.store import HealthStore, Loaded
 from runtimekit.healthcheck.types import DetectorInput, Finding
-from runtimekit.state import SAMPLE, XIDS, NodeState
+from runtimekit.state import SAMPLE, XIDS, NodeState, NodeView
 
 log = logging.getLogger("runtimekit.health")
 
@@ -143,26 +145,31 @@ class HealthChecker:
             remembered = [f"GPU {r.index} ({r.uuid}) {r.state}" for r in loaded.state.gpus.values() if r.state != "healthy"]
             if remembered:
                 log.info("remembered health: %s", ", ".join(remembered))
+        published = self._state.view().health  # by an earlier checker of this agent, restarted since
+        if published is not None:
+            self._xid_done = max(self._xid_done, published.xid_sequence)
         self._loaded = True
 
     async def run(self) -> None:
         """Evaluate whenever NodeState has something new, until cancelled."""
         if not self._loaded:
             await self.load()
-        async for _view in self._state.watch(SAMPLE, XIDS):
-            await self.evaluate()
+        async for view in self._state.watch(SAMPLE, XIDS):
+            await self.evaluate(view)
 
     def close(self) -> None:
         """Stop the worker threads (a stuck detector's thread is left to finish on its own)."""
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=True, cancel_futures=False)
 
-    async def evaluate(self) -> bool:
-        """One evaluation if a new sample or new XIDs are there; True when one ran."""
-        snapshot = self._state.snapshot
+    async def evaluate(self, view: NodeView | None = None) -> bool:
+        """One evaluation of ``view`` (default: the latest) if it has a new sample or new XIDs; True
+        when one ran."""
+        view = view if view is not None else self._state.view()
+        snapshot = view.snapshot
         if snapshot is None:
             return False  # XIDs wait in the log until the first sample says which GPUs there are
-        new_xids = self._state.xids_after(self._xid_done)
+        new_xids = view.xids_after(self._xid_done)
         sampled = snapshot is not self._last_seen
         if not sampled and not new_xids:
             return False
@@ -199,7 +206,7 @@ class HealthChecker:
         self._machine = result.state
         _log_step(result)
         await self._persist()
-        self._state.publish_health(node_health(result.state, now, cpu))
+        self._state.publish_health(replace(node_health(result.state, now, cpu), xid_sequence=self._xid_done))
         self.evaluations += 1
         return True
 

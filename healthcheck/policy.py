@@ -153,8 +153,6 @@ class Policy:
             return entry
         return replace(self.default, code=code, policy=replace(self.default.policy, fault=f"xid_{code}"), known=False)
 
-    get = xid  # the XID catalog's name for the lookup
-
     def strongest(self, codes: Iterable[int]) -> XidEntry | None:
         """The strongest entry among ``codes`` (None for none); ties go to the first code."""
         best: XidEntry | None = None

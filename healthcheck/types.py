@@ -1,4 +1,6 @@
-"""The health checker's vocabulary: findings from detectors, health states, the action ladder.
+"""The detectors' contract: ``Finding``, ``DetectorInput``, ``Detector``. The verdict's vocabulary
+(severities, the action ladder, states, ``GpuHealth``, ``NodeHealth``) lives in the base,
+``runtimekit.state.health``, and is re-exported here for the detectors.
 
 Detectors are pure functions (``healthcheck/detectors/``); they turn the sampler's snapshots and
 the driver's XID events into ``Finding``s — "this fault is active on this GPU now, and why".

@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from runtimekit import __version__
@@ -151,16 +153,38 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # the simulated node's files: state_dir not writable, say
+        print(f"runtimekit: error: cannot set up the simulated node: {error.strerror or error}: "
+              f"{error.filename or ''} (state_dir: {args.state_dir or 'the configured one'})", file=sys.stderr)
+        return EXIT_USAGE
     registrations = [simulation.registration()] if simulation is not None else []
+    code = 0
     try:
         asyncio.run(service.serve(config, registrations))
     except OSError as error:  # the port is taken, say
         logging.getLogger("runtimekit").error("cannot serve on %s: %s", config.listen, error.strerror or error)
-        return 1
+        code = 1
     finally:
         if simulation is not None:
             simulation.remove()
-    return 0
+    _exit_past_stuck_threads(code)
+    return code
+
+
+def _exit_past_stuck_threads(code: int, grace_seconds: float = 0.5) -> None:
+    """Exit now if a thread is still in a call that does not return (an NVML call stuck in the
+    driver): Python would otherwise wait for it at exit, and SIGTERM must stop the agent."""
+    deadline = time.monotonic() + grace_seconds
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if stuck:
+        logging.getLogger("runtimekit").warning("exiting without waiting for threads stuck in calls: %s", ", ".join(stuck))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _run_inject(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ naming the key and what is allowed. Flags override the file. Nothing here reads 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from runtimekit.schema import (  # noqa: F401 - re-exported: the configuration's
     between,
     build,
     flatten,
+    listen_address,
+    parse_listen,
     read_mapping,
     resolve,
     schema_of,
@@ -32,14 +33,6 @@ from runtimekit.schema import (  # noqa: F401 - re-exported: the configuration's
 )
 
 DEFAULT_PORT = 9445
-
-
-def listen_address(value: str) -> str | None:
-    try:
-        parse_listen(value)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def _regex(value: str) -> str | None:
@@ -175,27 +168,6 @@ class Config:
 SCHEMA: dict[str, Key] = schema_of(Config)
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises ValueError with the rule."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"must be HOST:PORT, got {value!r}")
-    host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"port must be a number 0..65535, got {port!r}")
-    if host not in ("localhost",) and not _is_hostname(host):
-        raise ValueError(f"host must be an IP address or a hostname, got {host!r}")
-    return host, int(port)
-
-
-def _is_hostname(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return all(part and part.replace("-", "").isalnum() for part in host.split("."))
-
-
 def load(
     path: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -212,4 +184,10 @@ def load(
     values = resolve({**SCHEMA, **extra_schema}, path, overrides)
     extra = MappingProxyType({key: values[key] for key in extra_schema})
     config: Config = build(Config, values, extra=extra)
+    components = config.components
+    if components.max_backoff_seconds < components.initial_backoff_seconds:
+        raise ConfigError(
+            f"components.max_backoff_seconds: must be at least components.initial_backoff_seconds "
+            f"({components.initial_backoff_seconds}), got {components.max_backoff_seconds}"
+        )
     return config

@@ -4,7 +4,7 @@ Each cycle runs ``NodeReader.sample()`` in a dedicated executor thread (so the e
 blocks and cycles never overlap) and publishes the immutable snapshot into ``NodeState``.
 It logs on transitions only ("NVML unavailable: …" / "NVML is back"), never on every tick.
 A cycle that hangs in the driver is reported once as stuck; no new cycle starts until it
-returns, and the growing snapshot age shows the staleness to Prometheus.
+returns, and ``runtimekit_last_sample_timestamp_seconds`` standing still shows it to Prometheus.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ class Sampler:
         self.nvml_retry_seconds = nvml_retry_seconds
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-sampler")
         self._nvml_was_up: bool | None = None
-        self._stats = SamplerStats()
+        # Counts go on from what an earlier sampler of this agent published (a supervised restart):
+        # runtimekit_samples_total counts since the agent started.
+        self._stats = state.view().sampler
 
     async def run(self) -> None:
         """Sample until cancelled."""
@@ -69,6 +71,7 @@ class Sampler:
             failures_total=self._stats.failures_total + (0 if snapshot.nvml_up else 1),
             last_duration_seconds=snapshot.duration_seconds,
             last_cpu_seconds=cpu_seconds,
+            last_success_at=snapshot.sampled_at if snapshot.nvml_up else self._stats.last_success_at,
         )
         self.state.publish_snapshot(snapshot, self._stats)
         return snapshot

@@ -22,6 +22,7 @@ whose numbers live in their commented YAML; a fault parameter such as the XID co
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import types
 import typing
@@ -305,3 +306,34 @@ _CLOSED = object()
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+# -- a listen address, as both services take it -----------------------------------------------------
+
+def listen_address(value: str) -> str | None:
+    try:
+        parse_listen(value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises ValueError with the rule."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"must be HOST:PORT, got {value!r}")
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port must be a number 0..65535, got {port!r}")
+    if host not in ("localhost",) and not _is_hostname(host):
+        raise ValueError(f"host must be an IP address or a hostname, got {host!r}")
+    return host, int(port)
+
+
+def _is_hostname(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return all(part and part.replace("-", "").isalnum() for part in host.split("."))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -76,10 +76,6 @@ class Supervisor:
         self._clock = clock
         self._status = {spec.name: ComponentStatus(spec.name, required=spec.required) for spec in specs}
         self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def status(self) -> Mapping[str, ComponentStatus]:
-        return MappingProxyType(dict(self._status))
 
     async def start(self) -> None:
         """Start every component, in table order (each start is awaited: the simulator, say, is

@@ -14,10 +14,11 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, counter, gauge, nonempty
 from runtimekit.exporter.family import Family
-from runtimekit.state import ATTRIBUTION, HEALTH, SAMPLE, NodeView
+from runtimekit.state import ATTRIBUTION, HEALTH, NodeView
 
-# The topic whose publication is each component's success (components without one have no series).
-SUCCESS_TOPIC = {"sampler": SAMPLE, "attribution": ATTRIBUTION, "health": HEALTH}
+# The topic whose publication is each component's success (components without one have no series);
+# the sampler's is its last cycle that could use NVML (a cycle with NVML down is published too).
+SUCCESS_TOPIC = {"attribution": ATTRIBUTION, "health": HEALTH}
 
 
 class ComponentsCollector(CardCollector):
@@ -35,8 +36,8 @@ class ComponentsCollector(CardCollector):
         )
         success = gauge(
             "runtimekit_component_last_success_timestamp_seconds",
-            "Unix time of the component's last publication (sampler: a sample; attribution: a refresh; "
-            "health: a verdict).",
+            "Unix time of the component's last success (sampler: the start of its last cycle that could use "
+            "NVML; attribution: a refresh; health: a verdict).",
             labels=("component",),
             unit="seconds",
         )
@@ -46,4 +47,6 @@ class ComponentsCollector(CardCollector):
             topic = SUCCESS_TOPIC.get(name)
             if topic is not None and topic in view.published_at:
                 success.add_metric([name], view.published_at[topic])
+            elif name == "sampler" and view.sampler.last_success_at is not None:
+                success.add_metric([name], view.sampler.last_success_at)
         yield from nonempty(up, restarts, success)

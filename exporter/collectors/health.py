@@ -25,11 +25,8 @@ from prometheus_client.core import Metric
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
 from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
-from runtimekit.state.health import ActiveFault
+from runtimekit.state.health import STATES, ActiveFault  # the base's vocabulary: one order of states
 
-# healthcheck.types.STATES; spelled out because the exporter never imports healthcheck (they meet
-# in NodeState), and the exposition's series order must not depend on another room's tuple.
-STATES: tuple[str, ...] = ("healthy", "suspect", "unhealthy", "recovering")
 FAULT_LABELS = (*GPU_LABELS, "fault", "severity")
 # The active-fault gauges also carry the fault policy's action and class (healthcheck/policy.yaml):
 # alert rules route on them (action="replace_node", class="power", ...) instead of copying the policy.

@@ -1,4 +1,4 @@
-"""The agent's own health: NVML up, sampler cadence and failures, snapshot age, build info."""
+"""The agent's own health: NVML up, sampler cadence and failures, the last sample's time, build info."""
 
 from __future__ import annotations
 

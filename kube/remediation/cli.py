@@ -39,11 +39,14 @@ def _fail(code: int, message: str) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    import sqlite3
+
     from aiohttp import web
 
-    from runtimekit.config import ConfigError, parse_listen
+    from runtimekit.schema import ConfigError, parse_listen
 
     from .config import load
+    from .journal import JournalError
     from .server import make_app
 
     try:
@@ -58,6 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
         web.run_app(app, host=host, port=port, print=None, handle_signals=True)
     except OSError as error:  # the port is taken, say
         return _fail(EXIT_FAILURE, f"cannot serve on {config.listen}: {error.strerror or error}")
+    except (JournalError, sqlite3.Error) as error:  # opened at start-up: locked, replaced or broken since checked
+        return _fail(EXIT_FAILURE, f"db_path: cannot use the journal {config.db_path}: {error}")
     return 0
 
 

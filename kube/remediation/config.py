@@ -1,7 +1,7 @@
 """Configuration of ``runtimekit remediate serve``: one YAML file, every key declared once.
 
-Same rules as ``runtimekit.config``: an unknown key, a wrong type or a value out of range raises
-``ConfigError`` naming the key and the rule. Secrets are read from files named here, never from
+Same rules (``runtimekit.schema``) as the agent's configuration: an unknown key, a wrong type or a
+value out of range raises ``ConfigError`` naming the key and the rule. Secrets are read from files named here, never from
 the environment.
 """
 
@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimekit.config import listen_address
-from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
+from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
 

@@ -44,7 +44,7 @@ DEFAULT_LADDERS: dict[str, list[str]] = {
 
 
 def ladder_problem(value: Mapping[Any, Any]) -> str | None:
-    """Why a ``ladders`` mapping is invalid (for ``runtimekit.config.Key.check``), or None."""
+    """Why a ``ladders`` mapping is invalid (for ``runtimekit.schema.Key.check``), or None."""
     for name, steps in value.items():
         if name not in ACTIONS:
             return f"entry {name!r}: must be an action name, one of {', '.join(ACTIONS)}"

@@ -29,7 +29,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from runtimekit.config import ConfigError
+from runtimekit.schema import ConfigError
 from runtimekit.state.health import ACTIONS
 
 from . import actions as steps_module

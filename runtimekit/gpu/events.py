@@ -52,6 +52,7 @@ class XidWatcher:
         self._crashed: BaseException | None = None
         self.heartbeat_at = time.monotonic()  # the thread's last sign of life (monotonic seconds)
         self.registered: dict[int | None, tuple[int, str]] = {}  # handle address (None: NULL) -> (gpu index, uuid)
+        self._built_count = 0  # nvmlDeviceGetCount when the event set was built
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runtimekit-xid-events", daemon=True)
@@ -105,9 +106,11 @@ class XidWatcher:
 
     def _build_set(self) -> Any | None:
         self.registered = {}
+        self._built_count = 0
         try:
             event_set = pynvml.nvmlEventSetCreate()
             count = pynvml.nvmlDeviceGetCount()
+            self._built_count = count
         except pynvml.NVMLError as error:
             log.warning("XID events unavailable: %s", error_name(error))
             return None
@@ -126,7 +129,7 @@ class XidWatcher:
         return event_set
 
     def _wait_loop(self, event_set: Any) -> None:
-        built_with = len(self.registered)
+        built_with = self._built_count  # the devices there were, XID-capable or not
         built_at = time.monotonic()
         while not self._stop.is_set():
             self.heartbeat_at = time.monotonic()
@@ -143,7 +146,8 @@ class XidWatcher:
             self._deliver(data)
 
     def _should_rebuild(self, built_with: int, built_at: float) -> bool:
-        """Retry left-out GPUs on a slow cadence, in case they came back."""
+        """Rebuild on a slow cadence when the device count changed (a lost GPU came back, or one
+        went): a GPU that merely lacks XID events never forces a rebuild."""
         if time.monotonic() - built_at < self.rebuild_seconds:
             return False
         try:

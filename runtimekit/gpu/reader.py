@@ -17,7 +17,7 @@ from typing import Any
 import pynvml
 
 from runtimekit.gpu import fields
-from runtimekit.gpu.convert import MHZ, MILLI
+from runtimekit.gpu.convert import MHZ, MILLI, bus_id
 from runtimekit.gpu.convert import map_reading as _map
 from runtimekit.gpu.errors import read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
 from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
@@ -41,7 +41,6 @@ from runtimekit.gpu.types import (
     Utilization,
     is_available,
 )
-from runtimekit.state.refs import normal_pci
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +176,7 @@ class NodeReader:
         return GpuIdentity(
             uuid=_map(uuid, _text),
             name=_map(call("nvmlDeviceGetName", handle), _text),
-            pci_bus_id=_map(pci, lambda p: normal_pci(_text(p.busId))),
+            pci_bus_id=_map(pci, lambda p: bus_id(p.busId)),
             serial=_map(call("nvmlDeviceGetSerial", handle), _text),
             vbios_version=_map(call("nvmlDeviceGetVbiosVersion", handle), _text),
             board_part_number=_map(call("nvmlDeviceGetBoardPartNumber", handle), _text),

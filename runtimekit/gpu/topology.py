@@ -17,9 +17,9 @@ from typing import Any
 
 import pynvml
 
+from runtimekit.gpu.convert import bus_id
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.types import Reading, Unavailable, is_available
-from runtimekit.state.refs import normal_pci
 
 __all__ = ["GpuTopology", "NvLinkPeer", "read_topology", "NVLINK_GENERATIONS", "CPU_SET_WORDS"]
 
@@ -74,8 +74,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _bus_id(pci: Any) -> str:
-    return normal_pci(_text(pci.busId))
+def _bus_id(pci: Any) -> Reading[str]:
+    return bus_id(pci.busId)
 
 
 def _cpus(words: Any) -> tuple[int, ...]:

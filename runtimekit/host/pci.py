@@ -33,13 +33,9 @@ def normalise_bus_id(bus_id: str) -> str | None:
         return None
 
 
-def _sysfs_name(bus_id: str) -> str | None:
-    return normalise_bus_id(bus_id)
-
-
 def pci_device_dir(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> Path | None:
     """The resolved sysfs directory of PCI function ``bus_id``; None when absent."""
-    name = _sysfs_name(bus_id)
+    name = normalise_bus_id(bus_id)  # sysfs names devices in the one spelling
     if name is None:
         return None
     link = Path(sys_root) / "bus/pci/devices" / name

@@ -53,7 +53,11 @@ class Simulation:
         self.root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-", dir=_memory_backed_tmp()))
         # The simulated node's boot id lives in the agent's state directory: it stays the same across
         # agent restarts (sticky faults stay), and changes only with `runtimekit sim reboot`.
-        self.host = SimulatedHost(self.node, self.root, boot_id_path=str(Path(config.state_dir) / "simulated-boot-id"))
+        try:
+            self.host = SimulatedHost(self.node, self.root, boot_id_path=str(Path(config.state_dir) / "simulated-boot-id"))
+        except BaseException:
+            self.remove()
+            raise
 
     def configure(self, config: Config) -> Config:
         """The agent's configuration with the simulated host's paths in place of the real node's."""

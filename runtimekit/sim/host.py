@@ -233,9 +233,9 @@ class SimulatedHost:
             except RuntimeError:  # already closed
                 pass
         if thread is not None:
-            await asyncio.to_thread(thread.join, 10.0)
+            await asyncio.to_thread(thread.join, 2.0)
             if thread.is_alive():
-                log.warning("the simulated host's thread did not end within 10 s")
+                log.warning("the simulated host's thread did not end within 2 s")
 
     def _processes_changed(self, processes: list[dict]) -> None:
         """``node.on_processes_changed``: /proc written on the host thread, the caller waiting for

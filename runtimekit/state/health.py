@@ -98,3 +98,6 @@ class NodeHealth:
     detector_seconds: float = 0.0  # CPU the last evaluation took
     faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)
     node_fault_events_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # node: (fault, severity)
+    # The newest XID (NodeView.xids sequence) this verdict includes: a restarted checker starts
+    # after it, so XIDs already judged are never judged twice.
+    xid_sequence: int = 0

@@ -50,6 +50,7 @@ class SamplerStats:
     failures_total: int = 0  # cycles in which NVML could not be used at all
     last_duration_seconds: float = 0.0
     last_cpu_seconds: float = 0.0  # process CPU time spent by the last cycle (thread time)
+    last_success_at: float | None = None  # unix time the last cycle that could use NVML started
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,3 +93,9 @@ def test_the_example_file_names_every_key_with_its_default():
     assert set(flat) == set(config.SCHEMA), "the example and the schema list different keys"
     for key, spec in config.SCHEMA.items():
         assert config.value_at(cfg, key) == spec.default, key
+
+
+def test_a_backoff_cap_below_its_start_is_refused(tmp_path):
+    path = write(tmp_path, "components:\n  initial_backoff_seconds: 5\n  max_backoff_seconds: 1\n")
+    with pytest.raises(ConfigError, match="components.max_backoff_seconds: must be at least"):
+        config.load(path)

@@ -411,3 +411,25 @@ def test_findings_are_node_level_or_name_a_real_gpu():
         Finding(None, "GPU-1", "x", WARNING, "none", "", CLEARS_WHEN_CLEAN)
     assert Finding(None, None, "x", WARNING, "none", "", CLEARS_WHEN_CLEAN).node_level
     assert not Finding(0, "GPU-0", "x", WARNING, "none", "", CLEARS_WHEN_CLEAN).node_level
+
+
+async def test_a_restarted_checker_never_judges_an_xid_twice(tmp_path, boot_id):
+    """The supervisor builds a new checker after a death: it starts after the newest XID the
+    published verdict includes, not at the beginning of the agent's XID log."""
+    state, detectors = NodeState(), FakeDetectors()
+    running = await start(state, detectors, tmp_path, boot_id)
+    await publish(state, snapshot(1.0))
+    await until(lambda: state.health is not None)
+    await asyncio.to_thread(state.record_xid, XidEvent(gpu_index=1, uuid=uuid_for(1), xid=13, received_at=time.time()))
+    await until(lambda: state.health.xid_sequence == 1)
+    await running.stop()
+
+    again = FakeDetectors()
+    restarted = await start(state, again, tmp_path, boot_id)
+    await publish(state, snapshot(2.0))
+    await until(lambda: len(again.calls) == 1)
+    assert again.calls[0].xids == ()  # XID 13 was judged by the first checker
+    await asyncio.to_thread(state.record_xid, XidEvent(gpu_index=0, uuid=uuid_for(0), xid=31, received_at=time.time()))
+    await until(lambda: len(again.calls) == 2)
+    assert [event.xid for event in again.calls[1].xids] == [31]
+    await restarted.stop()

@@ -5,12 +5,12 @@ import pytest
 import yaml
 from conftest import alert_body
 
-from runtimekit.config import flatten, value_at
 from runtimekit.kube.remediation.actions import plan, replacement_body
 from runtimekit.kube.remediation.config import SCHEMA, ConfigError, load
 from runtimekit.kube.remediation.journal import Action
 from runtimekit.kube.remediation.ladders import DEFAULT_LADDERS, STEPS
 from runtimekit.kube.remediation.payload import parse
+from runtimekit.schema import flatten, value_at
 from runtimekit.state.health import ACTIONS, SEVERITIES
 from tests.agent_process import ROOT
 
