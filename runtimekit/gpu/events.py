@@ -53,6 +53,7 @@ class XidWatcher:
         self.heartbeat_at = time.monotonic()  # the thread's last sign of life (monotonic seconds)
         self.registered: dict[int | None, tuple[int, str]] = {}  # handle address (None: NULL) -> (gpu index, uuid)
         self._built_count = 0  # nvmlDeviceGetCount when the event set was built
+        self._left_out = 0  # GPUs an error kept out of the event set at its last build
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runtimekit-xid-events", daemon=True)
@@ -107,6 +108,7 @@ class XidWatcher:
     def _build_set(self) -> Any | None:
         self.registered = {}
         self._built_count = 0
+        self._left_out = 0
         try:
             event_set = pynvml.nvmlEventSetCreate()
             count = pynvml.nvmlDeviceGetCount()
@@ -124,6 +126,7 @@ class XidWatcher:
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
             except pynvml.NVMLError as error:
                 log.info("GPU %d left out of XID events: %s", index, error_name(error))
+                self._left_out += 1  # lost or erring: tried again at the next rebuild
                 continue
             self.registered[_address(handle)] = (index, uuid.decode() if isinstance(uuid, bytes) else uuid)
         return event_set
@@ -146,10 +149,12 @@ class XidWatcher:
             self._deliver(data)
 
     def _should_rebuild(self, built_with: int, built_at: float) -> bool:
-        """Rebuild on a slow cadence when the device count changed (a lost GPU came back, or one
-        went): a GPU that merely lacks XID events never forces a rebuild."""
+        """Rebuild on a slow cadence while a GPU was left out by an error (lost: it may be back) or
+        when the device count changed; a GPU that merely lacks XID events never forces one."""
         if time.monotonic() - built_at < self.rebuild_seconds:
             return False
+        if self._left_out:
+            return True
         try:
             return pynvml.nvmlDeviceGetCount() != built_with
         except pynvml.NVMLError:

@@ -15,6 +15,7 @@ All methods block: call them from an executor thread, never from the event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -53,10 +54,17 @@ class Variant:
 def error_name(error: Exception) -> str:
     """A short, stable name for an NVML error, e.g. ``NVML_ERROR_TIMEOUT``."""
     code = getattr(error, "value", None)
+    return _error_names().get(code, f"NVML_ERROR_{code}") if isinstance(code, int) else f"NVML_ERROR_{code}"
+
+
+@functools.cache
+def _error_names() -> dict[int, str]:
+    """NVML's error codes -> their names (pynvml's NVML_ERROR_* constants, first name wins)."""
+    names: dict[int, str] = {}
     for name, value in vars(pynvml).items():
-        if name.startswith("NVML_ERROR_") and value == code:
-            return name
-    return f"NVML_ERROR_{code}"
+        if name.startswith("NVML_ERROR_") and isinstance(value, int):
+            names.setdefault(value, name)
+    return names
 
 
 REAL_ERRORS = ("error", "no_permission")  # "not supported" and "function not found" are facts, not errors

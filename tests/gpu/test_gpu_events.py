@@ -159,3 +159,26 @@ def test_check_reports_a_thread_silent_for_longer_than_it_ever_waits(node, start
     watcher.heartbeat_at -= watcher.liveness_seconds + 1  # as if stuck in nvmlEventSetWait
     with pytest.raises(RuntimeError, match="silent for"):
         watcher.check()
+
+
+def test_a_gpu_without_xid_events_does_not_make_the_set_rebuild(node, start_watcher, monkeypatch):
+    import pynvml
+
+    original = pynvml.nvmlDeviceGetSupportedEventTypes
+
+    def supported(handle):  # GPU 2 supports no XID events (as some boards do not)
+        return 0 if pynvml.nvmlDeviceGetIndex(handle) == 2 else original(handle)
+
+    builds = []
+    build = XidWatcher._build_set
+
+    def counting(self):
+        builds.append(time.monotonic())
+        return build(self)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetSupportedEventTypes", supported)
+    monkeypatch.setattr(XidWatcher, "_build_set", counting)
+    watcher = start_watcher(Collector(), rebuild_seconds=0.1)
+    wait_until(lambda: registered_gpus(watcher) == set(range(8)) - {2})
+    time.sleep(0.6)  # six rebuild periods
+    assert len(builds) == 1

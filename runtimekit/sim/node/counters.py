@@ -24,6 +24,9 @@ __all__ = ["CountersPart"]
 _ECC_CORRECTED_P = 0.002  # chance per GPU per tick of one corrected (single-bit) ECC error
 
 
+READING_DECIMALS = 2  # readings are taken to the 10 ms (round(t, 2))
+
+
 class CountersPart(NodeCore):
     """Per-tick samples, rates and the counters they integrate into."""
 
@@ -115,8 +118,14 @@ class CountersPart(NodeCore):
         """The GPU's readings now (or at ``t``) and its counters interpolated to that instant."""
         if t is None:
             t = self.now()
+        # One reading per GPU per 10 ms: the dozens of NVML calls of one sampling
+        # cycle see one instant, as the driver's counters, which move in steps too, would show.
+        t = round(t, READING_DECIMALS)
         g = self._gpus[gpu]
         with self._lock:
+            key = (t, self._fault_gen, self._proc_gen)
+            if g.reading is not None and g.reading_key == key:
+                return g.reading
             tick = self._advance(g, t)
             s, r = self._current(g, tick)
             dt = max(0.0, t - g.seg_start)
@@ -132,6 +141,7 @@ class CountersPart(NodeCore):
                 nvlink_recovery=list(a.nvlink_recovery),
                 ecc_corrected=a.ecc_corrected,
             )
+            g.reading_key, g.reading = key, (s, c)
         return s, c
 
     def sample(self, gpu: int) -> _load.Sample:
