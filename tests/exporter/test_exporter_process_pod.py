@@ -38,6 +38,7 @@ from runtimekit.exporter.exposition import ExpositionCache
 from runtimekit.exporter.registry import COLLECTORS, ViewCollector, build_collector_set, build_registry
 from runtimekit.exporter.timing import CollectorSet
 from runtimekit.gpu.types import NOT_SUPPORTED, RetiredPages, Thermal, Unavailable
+from runtimekit.state import ComponentStatus
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 DOCS = Path(__file__).parents[2] / "docs" / "metrics.md"
@@ -376,7 +377,9 @@ def test_openmetrics_types_and_units():
 
 async def test_docs_table_lists_exactly_the_exported_families_with_attribution():
     """Every family /metrics serves (the collectors' and the exposition cache's own) is documented."""
-    cache = ExpositionCache(full_state(), build_collector_set(timer=lambda: 0.0, options={"process": {"cmdline": True}}))
+    state = full_state()
+    state.publish_components({"health": ComponentStatus("health", up=True)})  # as the supervisor does
+    cache = ExpositionCache(state, build_collector_set(timer=lambda: 0.0, options={"process": {"cmdline": True}}))
     exported = set(re.findall(r"^# TYPE (\S+)", (await cache.render("text")).decode(), re.M))
     documented = set(re.findall(r"^\| `(runtimekit_[a-z0-9_]+)`", DOCS.read_text(), re.M))
     assert exported == documented
