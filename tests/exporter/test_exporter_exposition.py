@@ -285,7 +285,9 @@ async def test_a_scraper_at_the_sampling_interval_costs_one_render_per_scrape(ph
 
         nonlocal_renders = [0]
         await asyncio.gather(sampler(), scraper())
-    # The first three scrapes learn the period; from then on one render per scrape.
-    assert (cache.renders - nonlocal_renders[0]) / (scrapes - 3) <= 1.1
+    # The first three scrapes learn the period; from then on one render per scrape. One more is
+    # allowed for the event loop's jitter on a loaded machine (bench/scrape.py measures the ratio
+    # over a minute of 1 s scrapes: renders_per_scrape).
+    assert cache.renders - nonlocal_renders[0] <= (scrapes - 3) + 1
     if phase > 0.25:  # scrapes after the followers: all rendered ahead
         assert cache.prerenders >= scrapes - 4
