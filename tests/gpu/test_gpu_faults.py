@@ -20,7 +20,7 @@ def assert_complete(gpu: GpuSnapshot, links: int = 18) -> None:
         assert getattr(gpu, group) is not None, group
     assert gpu.power.draw_watts > 0 and gpu.memory.total_bytes > 0
     assert len(gpu.nvlinks) == links
-    assert not gpu.uuid.startswith("unknown-gpu")
+    assert is_available(gpu.uuid) and gpu.uuid.startswith("GPU-")
 
 
 def assert_no_readings(gpu: GpuSnapshot) -> None:
