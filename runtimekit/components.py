@@ -54,7 +54,18 @@ class Shared:
     exposition: ExpositionCache
 
 
-class SamplerComponent:
+class _Task:
+    """A component whose set-up is its constructor and that holds nothing ``run`` does not release:
+    ``start`` and ``close`` do nothing unless a component says otherwise."""
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class SamplerComponent(_Task):
     """The sampler task (see ``runtimekit.sampler``); its NVML thread is released on close."""
 
     def __init__(self, shared: Shared) -> None:
@@ -68,9 +79,6 @@ class SamplerComponent:
             nvml_retry_seconds=config.sampling.nvml_retry_seconds,
         )
 
-    async def start(self) -> None:
-        return None
-
     async def run(self) -> None:
         await self.sampler.run()
 
@@ -78,7 +86,7 @@ class SamplerComponent:
         self.sampler.close()
 
 
-class XidWatcherComponent:
+class XidWatcherComponent(_Task):
     """The XID event thread, watched: a thread that died or went silent is this component dying."""
 
     def __init__(self, shared: Shared) -> None:
@@ -99,7 +107,7 @@ class XidWatcherComponent:
         await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
 
 
-class AttributionComponent:
+class AttributionComponent(_Task):
     """The attributor task: owners of GPU processes and devices after each sample."""
 
     def __init__(self, shared: Shared) -> None:
@@ -117,9 +125,6 @@ class AttributionComponent:
             process_refresh_seconds=config.attribution.process_refresh_seconds,
         )
 
-    async def start(self) -> None:
-        return None
-
     async def run(self) -> None:
         await self.attributor.run()
 
@@ -127,7 +132,7 @@ class AttributionComponent:
         await self.attributor.close()
 
 
-class HealthComponent:
+class HealthComponent(_Task):
     """The health checker task; its remembered state is loaded at every start."""
 
     def __init__(self, shared: Shared) -> None:
@@ -153,20 +158,14 @@ class HealthComponent:
         await asyncio.get_running_loop().run_in_executor(None, self.checker.close)
 
 
-class ExporterComponent:
+class ExporterComponent(_Task):
     """The exposition cache's own task: it renders ahead of periodic scrapers."""
 
     def __init__(self, shared: Shared) -> None:
         self.cache = shared.exposition
 
-    async def start(self) -> None:
-        return None
-
     async def run(self) -> None:
         await self.cache.run()
-
-    async def close(self) -> None:
-        return None
 
 
 def component_table(shared: Shared) -> list[ComponentSpec]:

@@ -95,19 +95,14 @@ class HealthCollector(CardCollector):
             node_active.add_metric(_policy_labels(held), 1.0)
         for (fault, severity), count in sorted(health.node_fault_events_total.items()):
             node_events.add_metric([fault, severity], float(count))
-        for (uuid, fault, severity), count in sorted(health.fault_events_total.items(), key=_by_text):
+        for (uuid, fault, severity), count in sorted(health.fault_events_total.items()):
             if uuid in index_of:
                 events.add_metric([index_of[uuid], uuid, fault, severity], float(count))
-        for (uuid, before, after), count in sorted(health.transitions_total.items(), key=_by_text):
+        for (uuid, before, after), count in sorted(health.transitions_total.items()):
             if uuid in index_of:
                 transitions.add_metric([index_of[uuid], uuid, before, after], float(count))
         seconds.add_metric([], health.detector_seconds)
         yield from nonempty(gpu_state, active, events, transitions, node, node_active, node_events, seconds)
-
-
-def _by_text(item: tuple[tuple[object, ...], int]) -> tuple[str, ...]:
-    """Sort key of a counter's (key, count): the key as text, whatever a key part holds."""
-    return tuple(map(str, item[0]))
 
 
 def _policy_labels(fault: ActiveFault) -> list[str]:

@@ -18,10 +18,15 @@ def map_reading(value: Any, convert: Callable[[Any], Any]) -> Reading[Any]:
     return convert(value) if is_available(value) else value
 
 
+def nvml_text(value: Any) -> str:
+    """A string NVML answered: pynvml gives bytes or str depending on its version."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def bus_id(value: Any) -> Reading[str]:
     """A PCI bus id as NVML gives it (bytes or str), in the one spelling (``0000:05:00.0``); an
     unparseable one is an error reading, never an exception in the sampling cycle."""
-    text = value.decode() if isinstance(value, bytes) else str(value)
+    text = nvml_text(value)
     try:
         return normal_pci(text)
     except ValueError:

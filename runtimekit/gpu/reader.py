@@ -19,6 +19,7 @@ import pynvml
 from runtimekit.gpu import fields
 from runtimekit.gpu.convert import MHZ, MILLI, bus_id
 from runtimekit.gpu.convert import map_reading as _map
+from runtimekit.gpu.convert import nvml_text as _text
 from runtimekit.gpu.errors import read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
 from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
@@ -80,10 +81,6 @@ CUDA_DRIVER_VERSION = (
     Variant("nvmlSystemGetCudaDriverVersion_v2"),
     Variant("nvmlSystemGetCudaDriverVersion"),
 )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)

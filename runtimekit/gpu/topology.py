@@ -70,10 +70,6 @@ class GpuTopology:
         return NVLINK_GENERATIONS.get(int(version), Unavailable("error", f"unknown nvmlNvlinkVersion_t {version}"))
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _bus_id(pci: Any) -> Reading[str]:
     return bus_id(pci.busId)
 

@@ -29,6 +29,7 @@ import yaml
 from runtimekit.client import inject_remote
 from tests.agent_process import ROOT, free_port, start_agent
 from tests.kube_fakes import FakeKube, FakeReplacement, serve
+from tests.prometheus_process import scrape_config
 
 NODE = "gpu-1"  # the Kubernetes node the agent runs on (a target label added by the scrape)
 TOKEN = "e2e-token"
@@ -95,13 +96,10 @@ async def cluster(tmp_path):
         await wait_http(f"http://127.0.0.1:{am_port}/-/ready")
 
         prometheus_port = free_port()
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ROOT / "alerts" / "runtimekit.rules.yml")],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{"job_name": "runtimekit", "honor_labels": True, "static_configs": [
-                {"targets": [agent.url.removeprefix("http://")], "labels": {"node": NODE}}]}],
-        }))
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(
+            agent.url.removeprefix("http://"), node=NODE, rule_files=[str(ROOT / "alerts" / "runtimekit.rules.yml")],
+            alertmanager=f"127.0.0.1:{am_port}",
+        )))
         processes.append(spawn([binary("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                 f"--web.listen-address=127.0.0.1:{prometheus_port}"], tmp_path / "prometheus.log"))
