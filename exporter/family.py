@@ -43,8 +43,9 @@ class Family:
         return self.name + "_total" if self.type == COUNTER else self.name
 
     def add_metric(self, labels: Sequence[str], value: float) -> None:
-        """One series: its label values in ``labelnames`` order, and its value."""
-        self.rows.append((labels if type(labels) is tuple else tuple(labels), float(value)))
+        """One series: its label values in ``labelnames`` order, and its value. A negative zero is
+        kept as zero (``+ 0.0``): equal rows must print alike, as the renderer reuses their lines."""
+        self.rows.append((labels if type(labels) is tuple else tuple(labels), float(value) + 0.0))
 
     @property
     def samples(self) -> list[Sample]:

@@ -8,19 +8,20 @@ legacy label names, no timestamps, exemplars or histograms. This renderer relies
 prometheus_client's for a full exposition in both formats.
 
 Most label sets do not change from one sample to the next (the same GPUs, links, processes and
-pods), so a ``Renderer`` keeps the formatted label text of every series it wrote in the previous
-render — ``{gpu="0",pid="4242",…}``, sorted and escaped — keyed by its (name, value) pairs (for
-prometheus_client families) or by (sample name, label values) (for our light ``Family``, whose
-rows it writes without a label dict or a Sample per series), and reuses it. Entries not used by a
-render are dropped, so the cache holds only the label sets of the last exposition. Formatted
-values are memoised too (floatToGoString is the costly part of a line).
+pods), and many values do not either, so a ``Renderer`` keeps what it wrote. For our light
+``Family`` (rows written without a label dict or a Sample per series): the whole line of every
+row (label values, value) of the last render, found by one C-level dict lookup per row, and the
+label text per (sample name, label values) for rows whose value changed. For prometheus_client
+families: the label text per (name, value) pairs. Lines and label text of series gone are
+dropped, so the caches hold about the last exposition. Formatted values are memoised too
+(floatToGoString is the costly part of a line).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
@@ -31,6 +32,8 @@ TEXT, OPENMETRICS = "text", "openmetrics"
 _SUPPORTED = frozenset({"gauge", "counter", "info"})
 
 _LabelKey = tuple[tuple[str, str], ...]  # (name, value) pairs in the sample's order
+_Lines = dict[str, dict[tuple[tuple[str, ...], float], str]]  # sample name -> Family row -> its line
+_NO_LINES: dict[tuple[tuple[str, ...], float], str] = {}
 
 
 def _escape(value: str) -> str:
@@ -70,14 +73,15 @@ class Renderer:
             raise ValueError(f"unknown exposition format {fmt!r}; allowed: {TEXT}, {OPENMETRICS}")
         self.fmt = fmt
         self._labels: dict[_LabelKey, str] = {}
-        self._rows: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]] = {}
+        self._lines: _Lines = {}
+        self._prefixes: dict[str, dict[tuple[str, ...], str]] = {}  # sample name -> label values -> label text
 
     def render(self, families: Iterable[Family | Metric]) -> bytes:
         """Prometheus text 0.0.4 (``text``) or OpenMetrics 1.0.0 (``openmetrics``)."""
         openmetrics = self.fmt == OPENMETRICS
-        previous, previous_rows = self._labels, self._rows
+        previous, previous_lines = self._labels, self._lines
         current: dict[_LabelKey, str] = {}
-        current_rows: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]] = {}
+        current_lines: _Lines = {}
         out: list[str] = []
         append = out.append
         for metric in families:
@@ -94,7 +98,7 @@ class Renderer:
                 help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
             if isinstance(metric, Family):
-                self._rows_of(metric, previous_rows, current_rows, append)
+                self._rows_of(metric, previous_lines, current_lines, out)
                 continue
             for sample in metric.samples:
                 if sample.timestamp is not None or sample.exemplar is not None or sample.native_histogram is not None:
@@ -113,37 +117,32 @@ class Renderer:
                 append(f"{sample.name}{text} {_value(sample.value)}\n")
         if openmetrics:
             append("# EOF\n")
-        self._labels, self._rows = current, current_rows
+        self._labels, self._lines = current, current_lines
         return "".join(out).encode("utf-8")
 
-    @staticmethod
-    def _rows_of(
-        family: Family,
-        previous: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]],
-        current: dict[tuple[str, tuple[str, ...]], tuple[str, float, str]],
-        append: Callable[[str], None],
-    ) -> None:
-        """Write a Family's rows. Per series, the last render's (label text, value, line) is kept:
-        an unchanged value reuses its whole line, a changed one only its label text."""
-        name, labelnames = family.sample_name, family.labelnames
+    def _rows_of(self, family: Family, previous: _Lines, current: _Lines, out: list[str]) -> None:
+        """Write a Family's rows. A row (label values, value) equal to one of the last render's
+        reuses its whole line — one C-level dict lookup per row; a new or changed row is formatted
+        with the label text kept for its label values."""
+        name, labelnames, rows = family.sample_name, family.labelnames, family.rows
         if not labelnames:
-            for _, number in family.rows:
-                append(f"{name} {_value(number)}\n")
+            out.extend([f"{name} {_value(number)}\n" for _, number in rows])
             return
-        for values, number in family.rows:
-            key = (name, values)
-            entry = current.get(key) or previous.get(key)
-            if entry is None:
-                prefix = name + _label_text(tuple(zip(labelnames, values, strict=True)))
-            elif entry[1] == number and number != 0.0:  # 0.0 == -0.0, but they print differently
-                current[key] = entry
-                append(entry[2])
-                continue
-            else:
-                prefix = entry[0]
-            line = f"{prefix} {_value(number)}\n"
-            current[key] = (prefix, number, line)
-            append(line)
+        lines: list[str | None] = list(map(previous.get(name, _NO_LINES).get, rows))
+        if None in lines:
+            prefixes = self._prefixes.get(name)
+            if prefixes is None or len(prefixes) > 2 * len(rows) + 64:  # label sets gone: forget them
+                kept = prefixes or {}
+                prefixes = self._prefixes[name] = {values: kept[values] for values, _ in rows if values in kept}
+            for position, line in enumerate(lines):
+                if line is None:
+                    values, number = rows[position]
+                    prefix = prefixes.get(values)
+                    if prefix is None:
+                        prefix = prefixes[values] = name + _label_text(tuple(zip(labelnames, values, strict=True)))
+                    lines[position] = f"{prefix} {_value(number)}\n"
+        current[name] = dict(zip(rows, lines, strict=True))  # type: ignore[arg-type]  # no None is left
+        out.extend(lines)  # type: ignore[arg-type]
 
 
 def render(families: Iterable[Family | Metric], fmt: str) -> bytes:

@@ -96,3 +96,28 @@ def test_cached_label_text_stays_equal_to_prometheus_client_across_renders(fmt, 
             state.publish_snapshot(make_snapshot((make_gpu(0),)), SamplerStats(cycles_total=9))
         elif step == 2:  # back to the first label sets
             state.publish_attribution(make_full_attribution())
+
+
+@pytest.mark.parametrize("fmt, reference", [(TEXT, generate_latest), (OPENMETRICS, generate_openmetrics)])
+def test_reused_lines_follow_changed_values_new_series_and_churn(fmt, reference):
+    """A Family row equal to one of the last render's reuses its whole line: across renders where
+    values change (to zero and back, a negative zero among them), series appear and vanish, and
+    label sets churn past the pruning of the label-text cache, every render still equals
+    prometheus_client's for the same families."""
+    from prometheus_client import CollectorRegistry
+
+    renderer = Renderer(fmt)
+    for step in range(12):
+        family = Family("gauge", "runtimekit_test_bytes", "Churning series.", ["pid", "gpu"], unit="bytes")
+        for pid in range(step * 20, step * 20 + 100):  # 20 new pids a step, 20 gone
+            value = [0.0, -0.0, float(pid), float(pid * step)][(pid + step) % 4]
+            family.add_metric([str(pid), str(pid % 8)], value)
+
+        class One:
+            def collect(self, family=family):
+                yield family.to_metric()
+
+        registry = CollectorRegistry()
+        registry.register(One())
+        assert renderer.render([family]) == reference(registry), step
+    assert len(renderer._prefixes["runtimekit_test_bytes"]) <= 2 * 100 + 64  # label sets gone were pruned
