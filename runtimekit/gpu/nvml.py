@@ -15,8 +15,10 @@ All methods block: call them from an executor thread, never from the event loop.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -108,8 +110,9 @@ class NvmlSession:
                 log.debug("nvmlShutdown failed: %s", error)
 
     def call(self, wrapper: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a pynvml wrapper by name; errors become ``Unavailable`` (GPU lost raises)."""
-        function = getattr(pynvml, wrapper, None)
+        """Call a pynvml wrapper (or a ``ROW_WRAPPERS`` one) by name; errors become ``Unavailable``
+        (GPU lost raises)."""
+        function = _wrapper(wrapper)
         if function is None:
             return self._missing(wrapper)
         try:
@@ -127,7 +130,7 @@ class NvmlSession:
         start = self._chosen_variant.get(name, 0)
         for position in range(start, len(variants)):
             variant = variants[position]
-            function = getattr(pynvml, variant.wrapper, None)
+            function = _wrapper(variant.wrapper)
             if function is None:
                 continue
             call_args, call_kwargs = variant.adapt(*args) if variant.adapt else (args, {})
@@ -161,3 +164,77 @@ class NvmlSession:
 def memory_v2_args(handle: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Arguments for nvmlDeviceGetMemoryInfo asking for the v2 struct (with ``reserved``)."""
     return (handle,), {"version": pynvml.nvmlMemory_v2}
+
+
+# -- arrays of structs, read as rows ----------------------------------------------------------------
+#
+# pynvml turns every element of a process list into a "friendly object" (a dict of every field read
+# through its Python-level __getattribute__): ~6 µs a process, so 512 processes cost ~3 ms a
+# cycle. The wrappers below make the same C calls in the same order as pynvml's (the count first,
+# then an array oversized as pynvml does) and unpack the array in one C-level pass into tuples of
+# the struct's fields, in declaration order.
+
+_STRUCT_CODES: dict[Any, str] = {ctypes.c_uint: "I", ctypes.c_ulonglong: "Q"}
+NOT_AVAILABLE_U64 = 0xFFFF_FFFF_FFFF_FFFF  # NVML_VALUE_NOT_AVAILABLE_ulonglong (WDDM: memory not known)
+
+
+@functools.cache
+def _layout(struct_type: type[ctypes.Structure]) -> struct.Struct:
+    """The ``struct`` layout of a ctypes structure of unsigned ints (native alignment, as ctypes lays it out)."""
+    layout = struct.Struct("@" + "".join(_STRUCT_CODES[field[1]] for field in struct_type._fields_))
+    if layout.size != ctypes.sizeof(struct_type):
+        raise TypeError(f"{struct_type.__name__}: padding differs from ctypes' ({layout.size} != {ctypes.sizeof(struct_type)})")
+    return layout
+
+
+def _rows(struct_type: type[ctypes.Structure], array: Any, count: int) -> list[tuple[int, ...]]:
+    return list(_layout(struct_type).iter_unpack(ctypes.string_at(array, count * ctypes.sizeof(struct_type))))
+
+
+def _process_rows(symbol: str) -> Callable[[Any], list[tuple[int, ...]]]:
+    """nvmlDevice{Compute,Graphics}RunningProcesses_v2/_v3 as rows (pid, used GPU memory in bytes,
+    GPU instance id, compute instance id); memory NVML cannot tell is ``NOT_AVAILABLE_U64``."""
+
+    def read(handle: Any) -> list[tuple[int, ...]]:
+        function = pynvml._nvmlGetFunctionPointer(symbol)
+        count = ctypes.c_uint(0)
+        ret = function(handle, ctypes.byref(count), None)
+        if ret == pynvml.NVML_SUCCESS:
+            return []  # no process: NVML answers the size query with success
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = count.value * 2 + 5  # room for processes started between the two calls
+        array = (pynvml.c_nvmlProcessInfo_v3_t * count.value)()
+        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), array))
+        return _rows(pynvml.c_nvmlProcessInfo_v3_t, array, count.value)
+
+    return read
+
+
+def _process_utilization_rows(handle: Any, since_us: int) -> list[tuple[int, ...]]:
+    """nvmlDeviceGetProcessUtilization as rows (pid, timestamp in µs, SM %, memory %, encoder %,
+    decoder %) of the samples newer than ``since_us``."""
+    function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+    count, stamp = ctypes.c_uint(0), ctypes.c_ulonglong(since_us)
+    ret = function(handle, None, ctypes.byref(count), stamp)
+    if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(ret)  # NVML answers a size query with INSUFFICIENT_SIZE, or an error
+    array = (pynvml.c_nvmlProcessUtilizationSample_t * count.value)()
+    pynvml._nvmlCheckReturn(function(handle, array, ctypes.byref(count), stamp))
+    return _rows(pynvml.c_nvmlProcessUtilizationSample_t, array, count.value)
+
+
+# For these symbols the session answers rows, not pynvml's objects (the names stay NVML's, so that
+# errors and log lines name the C function that failed).
+ROW_WRAPPERS: dict[str, Callable[..., list[tuple[int, ...]]]] = {
+    **{symbol: _process_rows(symbol) for symbol in (
+        "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    )},
+    "nvmlDeviceGetProcessUtilization": _process_utilization_rows,
+}
+
+
+def _wrapper(name: str) -> Callable[..., Any] | None:
+    """A ``ROW_WRAPPERS`` function by its name, else pynvml's wrapper of that name (None: pynvml lacks it)."""
+    return ROW_WRAPPERS.get(name) or getattr(pynvml, name, None)

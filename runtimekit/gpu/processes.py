@@ -1,7 +1,8 @@
 """The processes on a GPU: NVML's running-process lists and per-process utilization, in one reading.
 
 Compute and graphics lists are read with the newest struct version the driver has (``_v3``, then
-``_v2``); a process with both contexts is listed once. Utilization comes from
+``_v2``); a process with both contexts is listed once. The session answers these calls as rows of
+the structs' raw fields (``runtimekit.gpu.nvml.ROW_WRAPPERS``), not pynvml's per-process objects. Utilization comes from
 nvmlDeviceGetProcessUtilization over the last ``PROCESS_UTILIZATION_WINDOW_SECONDS``, as ratios
 0..1 (NVML gives percent).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtimekit.gpu.nvml import REAL_ERRORS, NvmlSession, Variant
+from runtimekit.gpu.nvml import NOT_AVAILABLE_U64, REAL_ERRORS, NvmlSession, Variant
 from runtimekit.gpu.types import NOT_SUPPORTED, GpuProcess, Unavailable, is_available
 
 COMPUTE_PROCESSES = (
@@ -35,15 +36,12 @@ def read_process_utilization(session: NvmlSession, handle: Any, now: float) -> d
     samples = session.call("nvmlDeviceGetProcessUtilization", handle, since_us)
     if isinstance(samples, Unavailable):
         return {} if samples.detail.endswith("NVML_ERROR_NOT_FOUND") else samples
-    get = object.__getattribute__  # raw ctypes fields, past pynvml's str/bytes __getattribute__
     newest: dict[int, tuple[int, tuple[float, ...]]] = {}
-    for sample in samples:
-        pid, stamp = get(sample, "pid"), get(sample, "timeStamp")
+    for pid, stamp, sm, memory, encoder, decoder in samples:
         if pid not in newest or stamp > newest[pid][0]:
-            ratios = (get(sample, "smUtil") / 100.0, get(sample, "memUtil") / 100.0,
-                      get(sample, "encUtil") / 100.0, get(sample, "decUtil") / 100.0)
-            newest[pid] = (stamp, ratios)
+            newest[pid] = (stamp, (sm / 100.0, memory / 100.0, encoder / 100.0, decoder / 100.0))
     return {pid: ratios for pid, (_, ratios) in newest.items()}
+
 
 def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
     """The GPU's processes, and the error of a listing that failed (None when both listed)."""
@@ -61,18 +59,15 @@ def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple
             continue
         if utilization is None:
             utilization = read_process_utilization(session, handle, now)
-        for process in found:
-            if process.pid in seen:
+        for pid, memory, gi, ci in found:
+            if pid in seen:
                 continue  # a process with compute and graphics contexts is listed in both
-            seen.add(process.pid)
-            gi = getattr(process, "gpuInstanceId", NO_ID)
-            ci = getattr(process, "computeInstanceId", NO_ID)
-            memory = process.usedGpuMemory
-            ratios = utilization.get(process.pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
+            seen.add(pid)
+            ratios = utilization.get(pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
             processes.append(
                 GpuProcess(
-                    pid=int(process.pid),
-                    used_memory_bytes=int(memory) if memory is not None else NOT_SUPPORTED,
+                    pid=pid,
+                    used_memory_bytes=memory if memory != NOT_AVAILABLE_U64 else NOT_SUPPORTED,
                     kind=kind,
                     gpu_instance_id=gi if gi != NO_ID else NOT_SUPPORTED,
                     compute_instance_id=ci if ci != NO_ID else NOT_SUPPORTED,
