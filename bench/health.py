@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Health-checking benchmark on the simulated dgx-h100 node (8 GPUs), in one process.
 
-1. XID event-to-state latency: an XID 94 (contained ECC: the GPU turns suspect) is injected into
+1. XID event-to-state latency: an XID the fault policy does not catalogue (``UNCATALOGUED_XID``:
+   a warning, the GPU turns suspect, and the fault clears after clean samples, so the GPU
+   recovers between repetitions — XID 94's fault now waits for a GPU reset) is injected into
    the simulated driver; the clock runs until ``NodeState.health`` shows that GPU suspect. The
    path is the real one: the fake driver wakes ``nvmlEventSetWait`` in the XID thread, the event is
    recorded in NodeState, the health checker evaluates and publishes. The sampler keeps sampling
@@ -35,6 +37,9 @@ from runtimekit.sampler import Sampler
 from runtimekit.state import NodeState
 
 SUSPECT, HEALTHY = "suspect", "healthy"
+
+
+UNCATALOGUED_XID = 999  # a code newer than the policy's catalog: its default applies
 
 
 def gpu_state(state: NodeState, index: int) -> str | None:
@@ -72,7 +77,7 @@ async def xid_latency(events: int, state_dir: Path) -> list[float]:
         for i in range(events):
             gpu = i % 8
             started = time.perf_counter()
-            node.inject(gpu, "xid", xid=94)
+            node.inject(gpu, "xid", xid=UNCATALOGUED_XID)
             await wait_until(lambda gpu=gpu: gpu_state(state, gpu) == SUSPECT)
             latencies.append(time.perf_counter() - started)
             node.clear(gpu, "xid")
