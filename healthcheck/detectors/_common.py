@@ -21,13 +21,17 @@ MIN_READINGS = 2  # readings that confirm a condition before a duration threshol
 
 
 def available(*values: Any) -> bool:
-    """True when every value is a real reading (not Unavailable, not None)."""
-    return all(v is not None and is_available(v) for v in values)
+    """True when every value is a real reading (not Unavailable, not None). Called for every link
+    and process of every sample: a plain loop, not ``all()`` over a generator."""
+    for value in values:
+        if value is None or isinstance(value, Unavailable):
+            return False
+    return True
 
 
 def value_of(reading: T | Unavailable | None) -> T | None:
     """The reading itself, or None when it is unavailable or absent (a type-narrowing ``available``)."""
-    if reading is None or not is_available(reading):
+    if reading is None or isinstance(reading, Unavailable):
         return None
     return reading
 

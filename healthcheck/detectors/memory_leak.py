@@ -70,7 +70,10 @@ def _record(history: Any, at: float, used: float, width: float, horizon: float) 
     """``history`` (buckets, oldest first) with one more reading; buckets wholly before
     ``horizon`` dropped. O(BUCKETS): never proportional to the number of readings."""
     number = int(at // width)
-    kept: list[Any] = [tuple(b) for b in history if b[3] >= horizon]
+    if type(history) is tuple and (not history or history[0][3] >= horizon):
+        kept: list[Any] = list(history)  # nothing to drop: the usual case, every sample
+    else:  # buckets to drop, or read back from JSON (lists)
+        kept = [tuple(b) for b in history if b[3] >= horizon]
     if kept and kept[-1][3] >= at:  # this reading is recorded already (an XID-only evaluation)
         return tuple(kept)
     if kept and kept[-1][0] == number:
@@ -169,6 +172,8 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
             if not history:
                 continue
             now_procs[key] = history
+            if history[-1][4] - history[0][2] < limit * (history[-1][3] - history[0][1]):
+                continue  # not growing at the limit overall: no half can be both (the usual case)
             growth = _growth(history, window)
             if growth is not None and min(growth[2]) >= limit:
                 (t0, u0), (t1, u1), slopes = growth
