@@ -32,7 +32,14 @@ from runtimekit.attribution.errors import SourceError
 from runtimekit.attribution.join import join_processes, resolve_allocations
 from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
 from runtimekit.attribution.procfs import ProcessInfo, ProcessReader
-from runtimekit.attribution.types import HOST, AttributionSnapshot, Owner, ProcessFacts, SourceStatus
+from runtimekit.attribution.types import (
+    HOST,
+    AttributionSnapshot,
+    DeviceAllocation,
+    Owner,
+    ProcessFacts,
+    SourceStatus,
+)
 from runtimekit.gpu.types import NodeSnapshot, Reading
 from runtimekit.state import SAMPLE, NodeState
 
@@ -121,6 +128,7 @@ class Attributor:
         self._infos: dict[int, ProcessInfo] = {}
         self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
         self._infos_read_at = float("-inf")
+        self._last_allocations: tuple[object, tuple[DeviceAllocation, ...]] | None = None
 
     async def run(self) -> None:
         """Attribute after every new sample until cancelled (a slow pass skips to the newest sample)."""
@@ -144,7 +152,7 @@ class Attributor:
             refreshed_at=now,
             processes=processes,
             pods=pods,
-            allocations=resolve_allocations(self._allocation_rows(), snapshot),
+            allocations=self._allocations(snapshot),
             sources=MappingProxyType(
                 {h.name: h.status for h in (self.kubelet.health, self.cri.health, self.procfs) if h.status}
             ),
@@ -219,6 +227,14 @@ class Attributor:
             pod_uid=container.pod_uid or identity.pod_uid or "",
             container_id=identity.container_id,
         )
+
+    def _allocations(self, snapshot: NodeSnapshot) -> tuple[DeviceAllocation, ...]:
+        """The kubelet's allocations resolved to GPUs; the last result again while the kubelet's
+        answer and the GPUs are the same (they rarely change between two cycles)."""
+        key = (self.kubelet.value, tuple((gpu.uuid, gpu.index) for gpu in snapshot.gpus))
+        if self._last_allocations is None or self._last_allocations[0] != key:
+            self._last_allocations = (key, resolve_allocations(self._allocation_rows(), snapshot))
+        return self._last_allocations[1]
 
     def _allocation_rows(self) -> list[tuple[Owner, str, str]]:
         rows: list[tuple[Owner, str, str]] = []

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -88,9 +89,11 @@ class DeviceId:
         return self.uuid if self.kind in ("gpu", "replica") else None
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_device_id(text: str) -> DeviceId | None:
     """The kubelet device id ``text`` parsed, or None when it is no GPU id we know (another
-    plugin's resource, a malformed id): such a device is simply not ours."""
+    plugin's resource, a malformed id): such a device is simply not ours. Memoised: the same ids
+    come back from the kubelet every cycle (a DeviceId is immutable)."""
     base, sep, rest = text.partition("::")
     if base.startswith("GPU-") and len(base) > 4:
         if not sep:
