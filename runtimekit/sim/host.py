@@ -79,6 +79,7 @@ class SimulatedHost:
         self._started_at: dict[int, float] = {}
         self._cpu_written_at = 0.0
         self._lock = threading.Lock()
+        self._proc_failing = False  # the last /proc write for an NVML call failed (logged once)
         # The host thread (start(own_thread=True)): its event loop, thread and native thread id.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -240,10 +241,10 @@ class SimulatedHost:
     def _processes_changed(self, processes: list[dict]) -> None:
         """``node.on_processes_changed``: /proc written on the host thread, the caller waiting for
         it (NVML must not show a process before /proc does). Inline without a host thread, on it,
-        or when it cannot answer in time."""
+        or when it cannot answer in time. A failed write is the host's, never the driver's error."""
         loop = self._loop
         if loop is None or threading.get_ident() == self._thread_ident or not loop.is_running():
-            self.sync_proc(processes)
+            self._sync_proc_for_nvml(processes)
             return
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
@@ -251,7 +252,7 @@ class SimulatedHost:
             if not done.set_running_or_notify_cancel():
                 return  # the caller gave up waiting and wrote /proc itself
             try:
-                self.sync_proc(processes)
+                self._sync_proc_for_nvml(processes)
             except BaseException as exc:
                 done.set_exception(exc)
             else:
@@ -260,7 +261,7 @@ class SimulatedHost:
         try:
             loop.call_soon_threadsafe(work)
         except RuntimeError:  # the loop closed meanwhile
-            self.sync_proc(processes)
+            self._sync_proc_for_nvml(processes)
             return
         try:
             done.result(_HANDOFF_TIMEOUT_S)
@@ -268,9 +269,24 @@ class SimulatedHost:
             if done.cancel():
                 log.warning("the simulated host's thread did not write /proc within %g s; writing it here",
                             _HANDOFF_TIMEOUT_S)
-                self.sync_proc(processes)
+                self._sync_proc_for_nvml(processes)
             else:
                 done.result()  # it started meanwhile: wait for it
+
+    def _sync_proc_for_nvml(self, processes: list[dict]) -> None:
+        """``sync_proc`` on behalf of a fake NVML call: /proc that cannot be written (no descriptor
+        left, /dev/shm full) is logged once until a write works again, and never reaches the NVML
+        caller — a real driver does not fail because the host's /proc is unwell."""
+        try:
+            self.sync_proc(processes)
+        except OSError as error:
+            if not self._proc_failing:
+                log.warning("the simulated host cannot write its /proc tree (%s); NVML goes on without it", error)
+            self._proc_failing = True
+        else:
+            if self._proc_failing:
+                log.info("the simulated host writes its /proc tree again")
+            self._proc_failing = False
 
     def _allocatable(self) -> list[SimDevice]:
         """Every whole GPU, and every shared replica a generated pod holds."""
