@@ -19,9 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runtimekit.config import ConfigError, Key, validate
+from runtimekit.documents import DocumentError, load_yaml, read_bounded
 from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
@@ -271,14 +270,13 @@ def parse_policy(data: Any) -> Policy:
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (the packaged one by default)."""
     path = Path(path) if path is not None else DEFAULT_PATH
+    what = f"fault policy {path}"
     try:
-        text = path.read_text()
+        data = load_yaml(read_bounded(path, what=what), what=what)
     except OSError as error:
         raise PolicyError(f"cannot read fault policy {path}: {error.strerror}") from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise PolicyError(f"fault policy {path} is not valid YAML: {error}") from error
+    except DocumentError as error:
+        raise PolicyError(str(error)) from None
     try:
         return parse_policy(data)
     except PolicyError as error:

@@ -29,8 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from runtimekit.documents import DocumentError, load_yaml, read_bounded
 from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate
 
 DEFAULT_PATH = Path(__file__).with_name("thresholds.yaml")
@@ -191,14 +190,14 @@ def _validate(data: Any, base: Mapping[str, Mapping[str, Any]] | None) -> dict[s
 
 
 def _read(path: Path) -> Any:
+    """The YAML at ``path``, within the bounds of ``runtimekit.documents`` (ThresholdError naming
+    the rule; the callers name the file)."""
     try:
-        text = path.read_text()
+        return load_yaml(read_bounded(path, what=str(path)), what=str(path))
     except OSError as error:
         raise ThresholdError(f"cannot read thresholds {path}: {error.strerror}") from error
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ThresholdError(f"thresholds {path} are not valid YAML: {error}") from error
+    except DocumentError as error:
+        raise ThresholdError(error.rule) from None
 
 
 def parse_thresholds(data: Any, *, complete: bool = False) -> dict[str, dict[str, Any]]:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .documents import DocumentError, load_yaml, read_bounded
 
 Check = Callable[[Any], "str | None"]  # returns an error text, or None when the value is valid
 
@@ -225,15 +225,14 @@ def type_names(kinds: tuple[type, ...]) -> str:
 
 
 def read_mapping(path: str | Path, what: str = "--config") -> dict[str, Any]:
-    """The YAML file at ``path`` as a mapping (ConfigError when unreadable, not YAML or not a mapping)."""
+    """The YAML file at ``path`` as a mapping (ConfigError when unreadable, not YAML, beyond the
+    bounds of ``runtimekit.documents`` or not a mapping)."""
     try:
-        text = Path(path).read_text()
+        data = load_yaml(read_bounded(path, what=str(path)), what=str(path)) or {}
     except OSError as error:
         raise ConfigError(f"{what}: cannot read {path}: {error.strerror}") from error
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{what}: {path} is not valid YAML: {error}") from error
+    except DocumentError as error:
+        raise ConfigError(f"{what}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what}: {path} must hold a mapping at the top level")
     return data

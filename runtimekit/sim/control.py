@@ -31,12 +31,13 @@ the event loop; what touches the simulated host (its servers, /proc, the boot id
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any, Literal, overload
 
 from aiohttp import web
+
+from runtimekit.documents import DocumentError, load_json
 
 from .faults import FAULT_KINDS, FaultError
 from .host import SimulatedHost
@@ -82,9 +83,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        body = json.loads(raw)
-    except ValueError:
-        raise FaultError("body: not valid JSON") from None
+        body = load_json(raw, what="body")
+    except DocumentError as exc:  # size, depth, encoding, syntax: a 400 naming the rule
+        raise FaultError(str(exc)) from None
     if not isinstance(body, dict):
         raise FaultError("body: must be a JSON object")
     return body

@@ -16,8 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from runtimekit.documents import DocumentError, load_yaml, read_bounded
 from runtimekit.schema import check_shape
 
 from .pods import (
@@ -330,20 +329,23 @@ def list_scenarios() -> list[str]:
 def load_scenario(name_or_path: str) -> Scenario:
     """Load a built-in scenario by name, or a YAML file by path; validated (ScenarioError)."""
     builtin = _builtin_dir().joinpath(f"{name_or_path}.yaml")
-    if "/" not in name_or_path and builtin.is_file():
-        text, source = builtin.read_text(encoding="utf-8"), f"builtin:{name_or_path}"
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ScenarioError(
-                f"scenario {name_or_path!r}: no such file and not a built-in "
-                f"(built-ins: {', '.join(list_scenarios())})"
-            )
-        text, source = path.read_text(encoding="utf-8"), str(path)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+        if "/" not in name_or_path and builtin.is_file():
+            source = f"builtin:{name_or_path}"
+            data = load_yaml(builtin.read_bytes(), what=source)
+        else:
+            path = Path(name_or_path)
+            if not path.is_file():
+                raise ScenarioError(
+                    f"scenario {name_or_path!r}: no such file and not a built-in "
+                    f"(built-ins: {', '.join(list_scenarios())})"
+                )
+            source = str(path)
+            data = load_yaml(read_bounded(path, what=source), what=source)
+    except OSError as exc:
+        raise ScenarioError(f"scenario {name_or_path!r}: cannot read: {exc.strerror}") from exc
+    except DocumentError as exc:
+        raise ScenarioError(str(exc)) from None
     try:
         return parse_scenario(data, source)
     except ScenarioError as exc:
