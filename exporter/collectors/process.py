@@ -14,9 +14,7 @@ Command lines can carry secrets, so ``runtimekit_process_info{command}`` is off 
 
 from __future__ import annotations
 
-import bisect
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
@@ -33,6 +31,12 @@ from runtimekit.exporter.collectors._common import (
     text,
 )
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, label_text, owner_labels
+from runtimekit.exporter.collectors.cmdline import (  # noqa: F401 - REDACTED: re-exported
+    DEFAULT_CMDLINE_MAX_LENGTH,
+    DEFAULT_CMDLINE_REDACT,
+    REDACTED,
+    CommandRedactor,
+)
 from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
@@ -40,75 +44,6 @@ PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
 # MIG ids are always in the label set, "" on a GPU without MIG: a family keeps one set of label
 # names, and Prometheus stores a label whose value is "" exactly as if it were absent.
 GPU_PROCESS_LABELS = (*GPU_LABELS, "gpu_instance", "compute_instance", *PROCESS_LABELS)
-
-REDACTED = "<redacted>"
-_SECRET_WORDS = r"(?:password|passwd|secret|token|key|credential)"
-DEFAULT_CMDLINE_REDACT = (
-    r"(?i)"
-    # A flag or a NAME=value assignment whose name contains a secret word; a flag's value may also
-    # be the next argument: --password=x, -token=x, --token x, --db.password x, API_KEY=x,
-    # AWS_SECRET_ACCESS_KEY=x. A bare word is only redacted before "=", so "--model monkey" stays.
-    r"(?P<flag>--?)?\b[\w.-]*" + _SECRET_WORDS + r"[\w.-]*(?(flag)(?:=|\s+)|=)(?P<value>\S+)"
-    # Credentials in a URL: scheme://user:password@host
-    r"|://[^\s/:@]+:(?P<value_url>[^\s/@]+)@"
-)
-DEFAULT_CMDLINE_MAX_LENGTH = 256
-TRUNCATED = "..."
-
-
-class CommandRedactor:
-    """Joins a command line with spaces, redacts it and truncates it.
-
-    The pattern's named groups whose name starts with ``value`` are what gets replaced by
-    ``<redacted>`` (the whole match where none of them took part, or where it has none), so the
-    flag names stay readable. A value that stops at a space inside its argument runs on to the end
-    of that argument: ``--password "a b"`` is redacted whole, not just ``a``. Redaction runs before truncation, so a cut
-    never leaves half a secret.
-    """
-
-    def __init__(self, pattern: str = DEFAULT_CMDLINE_REDACT, max_length: int = DEFAULT_CMDLINE_MAX_LENGTH) -> None:
-        try:
-            self.pattern = re.compile(pattern)
-        except re.error as error:
-            raise ValueError(f"process collector: cmdline_redact is not a valid regular expression: {error}") from None
-        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < len(TRUNCATED) + 1:
-            raise ValueError(f"process collector: cmdline_max_length must be an integer >= {len(TRUNCATED) + 1}, got {max_length!r}")
-        self.max_length = max_length
-        self._value_groups = [name for name in self.pattern.groupindex if name.startswith("value")]
-
-    def __call__(self, cmdline: Sequence[str]) -> str:
-        joined = label_text(" ".join(cmdline))
-        ends: list[int] = []
-        offset = 0
-        for arg in cmdline:
-            offset += len(label_text(arg))
-            ends.append(offset)
-            offset += 1
-        spans: list[tuple[int, int]] = []
-        for match in self.pattern.finditer(joined):
-            groups = [name for name in self._value_groups if match.start(name) != -1]
-            found = [match.span(name) for name in groups] or [match.span()]
-            for start, end in found:
-                if end <= start:
-                    continue
-                holder = bisect.bisect_right(ends, end - 1)  # the argument holding the value's last character
-                if holder < len(ends) and end < ends[holder] and joined[end].isspace():
-                    end = ends[holder]  # the value stopped at a space inside its argument: take the rest of it
-                spans.append((start, end))
-        out, position = [], 0
-        for start, end in sorted(spans):
-            if end <= position:
-                continue
-            start = max(start, position)
-            out.append(joined[position:start])
-            out.append(REDACTED)
-            position = end
-        out.append(joined[position:])
-        command = "".join(out)
-        if len(command) > self.max_length:
-            command = command[: self.max_length - len(TRUNCATED)] + TRUNCATED
-        return command
-
 
 class ProcessCollector(CardCollector):
     def __init__(
