@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import os
 import shutil
@@ -50,7 +51,7 @@ class Simulation:
         )
         self.node.set_pod_count(extra["sim.pods"])
         self.node.set_process_count(extra["sim.processes"])
-        self.root = Path(tempfile.mkdtemp(prefix="runtimekit-sim-", dir=_memory_backed_tmp()))
+        self.root = _host_root(config.state_dir)
         # The simulated node's boot id lives in the agent's state directory: it stays the same across
         # agent restarts (sticky faults stay), and changes only with `runtimekit sim reboot`.
         try:
@@ -114,8 +115,25 @@ class SimulatorComponent:
         sim.uninstall()
 
 
-def _memory_backed_tmp() -> str | None:
-    """/dev/shm when writable (the simulated /proc is rewritten often: keep it off the disk)."""
+def _memory_backed_tmp() -> str:
+    """/dev/shm when writable (the simulated /proc is rewritten often: keep it off the disk), else
+    the temporary directory."""
     shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def _host_root(state_dir: str) -> Path:
+    """A fresh, empty directory for the simulated host's files, named after the agent's state
+    directory (``runtimekit-sim-<16 hex digits of its path's SHA-256>``): the same on every start
+    of that agent, so what a killed agent left behind (sockets, the /proc tree) is removed by its
+    next start instead of piling up in /dev/shm. Two agents never share a state directory."""
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    root = Path(_memory_backed_tmp()) / f"runtimekit-sim-{digest}"
+    if root.is_symlink() or root.is_file():
+        root.unlink()
+    elif root.exists():
+        log.info("removing %s, left behind by a simulated node that did not stop cleanly", root)
+        shutil.rmtree(root)
+    root.mkdir(mode=0o700)
+    return root
 
