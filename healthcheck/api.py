@@ -4,7 +4,9 @@ Read from ``NodeState.health`` (published by the checker) and ``NodeState.attrib
 the faults touch); the handler never evaluates anything itself. Before the first evaluation it
 answers 503 with a body saying so — never a "healthy" it has not checked.
 
-Times are given twice: ISO 8601 in UTC (``since``) and unix seconds (``since_unix``).
+Times are given twice: ISO 8601 in UTC (``since``) and unix seconds (``since_unix``); a time that
+is not ``plausible_time`` (NaN, infinite, before 1970, past 2100) is given as null in both, never
+as invalid JSON or a 500 (the state file is validated on load; this holds whatever a verdict holds).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from aiohttp import web
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.healthcheck.types import ActiveFault, GpuHealth
 from runtimekit.state import NodeState
+from runtimekit.state.health import plausible_time
 
 HEALTH_PATH = "/api/v1/health"
 
@@ -43,6 +46,8 @@ def iso(unix: float) -> str:
 
 
 def _times(name: str, unix: float) -> dict[str, Any]:
+    if not plausible_time(unix):
+        return {name: None, f"{name}_unix": None}
     return {name: iso(unix), f"{name}_unix": unix}
 
 

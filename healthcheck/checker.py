@@ -21,6 +21,10 @@ polled checks read the sampler's snapshot, event checks the XIDs of the same vie
   every minute); both are read back at start.
 - A sample with NVML up is a full inventory of the node: the machine retires the records of GPUs
   no longer there (``machine.py``), so a replaced board leaves one health series per index.
+- A saved state that could not be read (``store.py``) leaves the node ``health_state_unreadable``;
+  every GPU in each evaluation gets the same fault until the node reboots: not knowing which GPUs
+  were bad, none is schedulable. While writes fail (the state directory turned read-only, full),
+  the node holds the ``health_state_unwritable`` warning (GPUs stay judged as before).
 - A reboot is noticed at start (the saved boot id differs) and while running: on a new sample, at
   most every ``boot_id_check_seconds``, the store reads the boot id again in its I/O thread
   (never on the loop). A change — the node rebooted under a running agent, or ``runtimekit sim
@@ -41,9 +45,10 @@ from typing import Any
 from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
-from runtimekit.healthcheck.store import HealthStore, Loaded
+from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
 from runtimekit.healthcheck.types import DetectorInput, Finding
 from runtimekit.state import SAMPLE, XIDS, NodeState, NodeView
+from runtimekit.state.health import STATE_UNREADABLE
 
 log = logging.getLogger("runtimekit.health")
 
@@ -197,6 +202,7 @@ class HealthChecker:
             resets, sampled, cpu = frozenset(), False, 0.0
             findings = (default_policy().node_finding(CHECK_FAILED, failure),)
         identified = tuple((g.index, uuid) for g in snapshot.gpus if is_available(uuid := g.uuid))
+        findings = (*findings, *self._state_unknown(identified), *self._unwritable())
         result = step(self._machine, MachineInput(
             now=now, findings=findings, gpus=identified,
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
@@ -209,6 +215,21 @@ class HealthChecker:
         self._state.publish_health(replace(node_health(result.state, now, cpu), xid_sequence=self._xid_done))
         self.evaluations += 1
         return True
+
+    def _state_unknown(self, identified: tuple[tuple[int, str], ...]) -> tuple[Finding, ...]:
+        """While the node holds ``health_state_unreadable`` (its saved state could not be read,
+        ``store.py``) and no reboot is seen in this evaluation, every GPU present is unknown too: not
+        schedulable, cleared by the same reboot that clears the node's."""
+        held = next((f for f in self._machine.node.faults if f.fault == STATE_UNREADABLE), None)
+        if held is None or self._boot_id_changed:
+            return ()
+        return tuple(unknown_finding(index, uuid, held.evidence) for index, uuid in identified)
+
+    def _unwritable(self) -> tuple[Finding, ...]:
+        """The node-level ``health_state_unwritable`` while the last write failed (seen by the
+        evaluation after it); it clears by clean samples once writes succeed again."""
+        why = self._store.write_error if self._store is not None else ""
+        return (unwritable_finding(why),) if why else ()
 
     async def _check_boot_id(self) -> None:
         """Read the boot id again (in the store's I/O thread) if ``boot_id_check_seconds`` passed

@@ -1,33 +1,41 @@
-"""The health checker's memory across agent restarts: one versioned JSON file in the state directory.
+"""The health checker's memory across agent restarts: ``<state_dir>/health.json``, loaded at start,
+set aside when it cannot be read, and written atomically when something that matters changed. Its
+format (fields, schema versions, what makes it unreadable) is ``healthcheck/statefile.py``.
 
-An agent restart alone never clears a fault (gpu-faults.md §7.1, §7.7): per GPU uuid the file
-keeps the state, its ``since``, the active faults with ``first_seen``; the node-level faults (the
-``node`` entry, which names no GPU); the node's boot id (``/proc/sys/kernel/random/boot_id`` by default — configurable, like every host
-path); the most GPUs ever seen (lost-card detection compares against it); the transition and
-fault-event counters (per GPU by UUID; the node's in ``node_fault_events_total``).
+An agent restart alone never clears a fault (gpu-faults.md §7.1, §7.7): the file keeps per GPU
+uuid the state and the active faults, the node-level faults, the node's boot id
+(``/proc/sys/kernel/random/boot_id`` by default — configurable, like every host path), the most
+GPUs ever seen and the event counters.
 
-Schema version 2 gives the node its own shape; version 1 files (written before, with the node as
-a record at index -1 and uuid "", and its fault events under uuid "") are still read: the node
-entry and its counters are mapped over, and the next write is version 2.
-
-The detectors' state is persisted with the verdict (``detectors``: each detector's JSON-friendly
-state by name), so windows, baselines and burst counts survive an agent restart: the ECC
-detector's judged counter baseline (a contained error is not re-judged as uncorrectable after a
-restart), the XID bursts of the last 24 h, the GPUs the node is known to have. The parts listed in
-``detectors.DURABLE`` are written as soon as they change; the rest (runs of conditions, memory
-histories, which change every sample) at most every ``DETECTOR_SAVE_SECONDS`` — after a crash
-those resume from at most that long ago, which only delays (never invents) a finding. Retired GPU
-records (``retired: true``) are kept in the file.
+The detectors' state is persisted with the verdict, so windows, baselines and burst counts survive
+an agent restart: the ECC detector's judged counter baseline (a contained error is not re-judged
+as uncorrectable after a restart), the XID bursts of the last 24 h, the GPUs the node is known to
+have. The parts listed in ``detectors.DURABLE`` are written as soon as they change; the rest (runs
+of conditions, memory histories, which change every sample) at most every
+``DETECTOR_SAVE_SECONDS`` — after a crash those resume from at most that long ago, which only
+delays (never invents) a finding. Retired GPU records (``retired: true``) are kept in the file.
 
 Writes are atomic — a temporary file in the same directory, fsync, rename over the old one, fsync
-the directory — and happen only when something that matters changed (state, faults, counters,
-expected GPUs, durable detector state; not ``last_seen``, evidence wording or clean-sample
-progress, which would make it a write per sample). A file that cannot be parsed is logged and set aside (renamed
-``health.json.corrupt-<unix time>``), never fatal: the checker starts from nothing and the detectors
-see what is still there. On load, a boot id different from the saved one is reported as
-``boot_id_changed`` so the machine clears what a reboot clears (and logs it); while the agent runs,
-``check_boot_id`` reads the boot id again (the checker calls it every few seconds) and reports a
-change the same way, so a reboot the agent did not see (``runtimekit sim reboot``) still counts.
+the directory — and happen only when something that matters changed (``statefile.essential``:
+state, faults, counters, expected GPUs, durable detector state; not ``last_seen``, evidence
+wording or clean-sample progress, which would make it a write per sample). On load, a boot id
+different from the saved one is reported as ``boot_id_changed`` so the machine clears what a
+reboot clears (and logs it); while the agent runs, ``check_boot_id`` reads the boot id again (the
+checker calls it every few seconds) and reports a change the same way, so a reboot the agent did
+not see (``runtimekit sim reboot``) still counts.
+
+**A file it cannot read fails safe.** The file exists to remember GPUs known to be bad, so losing
+it must never make one good. A file that cannot be read (by the rules of ``statefile``, or for an
+I/O error or a directory in its place) is set aside — kept whole as
+``health.json.corrupt-<unix time>`` (a hard link, or a rename where links are impossible; an
+existing name is never reused) — and the node starts in the *state unknown* condition: a
+node-level ``health_state_unreadable`` fault (``unknown_finding``: critical, not schedulable,
+clears on ``node_reboot``), which the checker extends to every GPU present, written to the new
+file at once (a crash before the first evaluation still remembers it). A GPU entry whose ``index``
+and ``uuid`` are readable but whose other fields are not makes only that GPU unknown; the rest is
+read as saved. A file that cannot be set aside is never overwritten: nothing is written while it
+is there. While writes fail, ``write_error`` says why; the checker turns it into the node-level
+``health_state_unwritable`` warning (``unwritable_finding``).
 """
 
 from __future__ import annotations
@@ -38,19 +46,36 @@ import os
 import time
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
+from runtimekit.documents import load_json, read_bounded
 from runtimekit.healthcheck.detectors import DURABLE
-from runtimekit.healthcheck.machine import GpuRecord, MachineState, NodeRecord
-from runtimekit.healthcheck.types import SEVERITIES, STATES, ActiveFault
+from runtimekit.healthcheck.machine import MachineInput, MachineState, step
+from runtimekit.healthcheck.statefile import (
+    DECODE_ERRORS,
+    MAX_STATE_BYTES,
+    MAX_STATE_DEPTH,
+    StoreFormatError,
+    decode,
+    encode,
+    essential,
+    reason,
+)
+from runtimekit.healthcheck.types import (
+    CLEARS_ON_REBOOT,
+    CLEARS_WHEN_CLEAN,
+    CRITICAL,
+    NONE,
+    REBOOT_NODE,
+    WARNING,
+    Finding,
+)
+from runtimekit.state.health import STATE_UNREADABLE, STATE_UNWRITABLE
 
 log = logging.getLogger("runtimekit.health")
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: the node as a record at index -1, uuid ""
 FILE_NAME = "health.json"
 DEFAULT_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 DETECTOR_SAVE_SECONDS = 60.0  # the longest the non-durable detector state on disk lags behind
@@ -65,8 +90,21 @@ class Loaded:
     detectors: Mapping[str, Any] = field(default_factory=dict)  # each detector's saved state by name
 
 
-class StoreFormatError(ValueError):
-    """The file is not a health state this version can read."""
+def unknown_finding(gpu_index: int | None, uuid: str | None, evidence: str) -> Finding:
+    """The ``health_state_unreadable`` finding for a GPU (or, with None and None, the node) whose
+    saved health cannot be read: it may have been known bad, so it is treated as bad — critical, not
+    schedulable, until the node reboots (a reboot clears every fault the lost state could have held).
+    Fixed here, not in the policy table: a policy edit must not be able to make unknown mean good."""
+    return Finding(gpu_index, uuid, STATE_UNREADABLE, CRITICAL, REBOOT_NODE, evidence, CLEARS_ON_REBOOT,
+                   fault_class="agent", schedulable=False)
+
+
+def unwritable_finding(why: str) -> Finding:
+    """The node-level ``health_state_unwritable`` finding: writes fail (``why``), so a restart now
+    would forget what changed since the last write. A warning that keeps GPUs schedulable (they
+    are judged as before) and clears by clean samples once writes succeed again."""
+    return Finding(None, None, STATE_UNWRITABLE, WARNING, NONE, f"the health state cannot be written: {why}",
+                   CLEARS_WHEN_CLEAN, fault_class="agent", schedulable=True)
 
 
 class HealthStore:
@@ -84,7 +122,8 @@ class HealthStore:
         self._written: Any = None  # the essential content last written (or loaded)
         self._written_detectors: Any = None  # the detector states last written (or loaded)
         self._written_at = float("-inf")
-        self._failing = False
+        self.write_error = ""  # why the last write failed ("" when it did not): the checker reports it
+        self._blocked = False  # an unreadable file could not be set aside: never write over it
         self._boot_id_unreadable = False  # warned that the boot id cannot be read (once, until it can)
 
     # ---- reading -------------------------------------------------------------------------------
@@ -118,55 +157,89 @@ class HealthStore:
         return True
 
     def load(self) -> Loaded:
-        """The saved state, or an empty one (no file, or a corrupt one set aside)."""
+        """The saved state; an empty one when there is no file; the *state unknown* one (module
+        docstring) when the file, or a GPU entry in it, cannot be read."""
         boot_id = self._boot_id = self.read_boot_id()
         try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return Loaded(MachineState(), 0, boot_id, False)
-        except OSError as error:
-            log.error("cannot read %s (%s); starting with no remembered health", self.path, error.strerror or error)
-            return Loaded(MachineState(), 0, boot_id, False)
-        try:
-            doc = json.loads(text)
-            state, expected, saved_boot_id = decode(doc)
+            data = read_bounded(self.path, what=str(self.path), max_bytes=MAX_STATE_BYTES)
+            doc = load_json(data, what=str(self.path), max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH)
+            state, expected, saved_boot_id, bad_gpus = decode(doc)
             detectors = doc.get("detectors") or {}
             if not isinstance(detectors, dict):
                 raise StoreFormatError("detectors: not a JSON object")
-        except (ValueError, TypeError, KeyError, AttributeError) as error:
-            self._set_aside(error)
+        except FileNotFoundError:
             return Loaded(MachineState(), 0, boot_id, False)
-        self._written = self._essential(doc, detectors)
-        self._written_detectors = detectors
-        self._written_at = self._clock()
+        except (OSError, *DECODE_ERRORS) as error:
+            evidence = f"the saved health state could not be read ({reason(error)}): GPUs known bad may be among these"
+            return self._recover(reason(error), step(MachineState(), MachineInput(
+                now=self._clock(), findings=(unknown_finding(None, None, evidence),), sampled=False)).state,
+                Loaded(MachineState(), 0, boot_id, False))
         changed = bool(saved_boot_id and boot_id and saved_boot_id != boot_id)
         if changed:
             log.info("boot id changed (%s → %s): the node rebooted; faults cleared by a reboot or a GPU reset "
                      "will clear", saved_boot_id, boot_id)
-        return Loaded(state, expected, boot_id, changed, detectors)
+        loaded = Loaded(state, expected, boot_id, changed, detectors)
+        if bad_gpus:
+            findings = tuple(unknown_finding(index, uuid, f"its saved health entry could not be read ({why})")
+                             for index, uuid, why in bad_gpus)
+            why = "; ".join(f"GPU {index} ({uuid}): {why}" for index, uuid, why in bad_gpus)
+            return self._recover(why, step(state, MachineInput(now=self._clock(), findings=findings, sampled=False)).state,
+                                 loaded)
+        self._written = self._essential(doc, detectors)
+        self._written_detectors = detectors
+        self._written_at = self._clock()
+        return loaded
+
+    def _recover(self, why: str, state: MachineState, loaded: Loaded) -> Loaded:
+        """Set the file that could not be (wholly) read aside, and write ``state`` in its place at once."""
+        try:
+            aside = self._set_aside()
+        except OSError as error:
+            self._blocked = True
+            self.write_error = f"{self.path} could not be read nor set aside ({error.strerror or error})"
+            log.error("health state %s is unreadable (%s) and cannot be set aside (%s); will not overwrite it: "
+                      "health is not persisted until it is moved away", self.path, why, error.strerror or error)
+        else:
+            log.error("health state %s is unreadable (%s); set aside as %s; the GPUs it names start unknown "
+                      "(health_state_unreadable: not schedulable until the node reboots)", self.path, why, aside.name)
+        loaded = replace(loaded, state=state)
+        self.save(state, loaded.expected_gpus, loaded.detectors)
+        return loaded
+
+    def _set_aside(self) -> Path:
+        """Keep the unreadable file whole under an unused ``.corrupt-<unix time>`` name: a hard link
+        (``health.json`` itself is replaced by the next write), or a rename where a link cannot be
+        made (a directory, a filesystem without links). Never replaces an existing file."""
+        stamp = int(self._clock())
+        for attempt in range(1000):
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}" + (f"-{attempt}" if attempt else ""))
+            if os.path.lexists(aside):
+                continue
+            try:
+                os.link(self.path, aside, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            except OSError:
+                os.rename(self.path, aside)
+            return aside
+        raise OSError(f"no unused name {self.path.name}.corrupt-{stamp}-N")
 
     def _essential(self, doc: dict[str, Any], detectors: Mapping[str, Any]) -> Any:
         durable = {name: {key: (state or {}).get(key) for key in self._durable.get(name, ())}
                    for name, state in sorted(detectors.items()) if isinstance(state, Mapping)}
-        return (_essential(doc), json.dumps(durable, sort_keys=True, default=list))
-
-    def _set_aside(self, error: Exception) -> None:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
-        try:
-            os.replace(self.path, aside)
-            where = f"set aside as {aside.name}"
-        except OSError as rename_error:
-            where = f"could not be set aside ({rename_error.strerror or rename_error})"
-        log.error("health state %s is unreadable (%s); %s; starting with no remembered health",
-                  self.path, error, where)
+        return (essential(doc), json.dumps(durable, sort_keys=True, default=list))
 
     # ---- writing -------------------------------------------------------------------------------
     def save(self, state: MachineState, expected_gpus: int, detectors: Mapping[str, Any] | None = None) -> bool:
         """Write the state (and the detectors' states) if something that matters changed, or the
         detectors' states changed and the last write is ``detector_save_seconds`` old; True when
         the file was written. A failed write is logged (once, until a write succeeds again) and
-        retried on the next call.
+        retried on the next call. Nothing is written over an unreadable file that could not be set
+        aside (``load``), until it is gone.
         """
+        if self._blocked and os.path.lexists(self.path):
+            return False
+        self._blocked = False
         if self._boot_id is None:
             self._boot_id = self.read_boot_id()
         now = self._clock()
@@ -180,13 +253,13 @@ class HealthStore:
         try:
             write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
         except OSError as error:
-            if not self._failing:
+            if not self.write_error:
                 log.error("cannot write health state %s (%s); will retry", self.path, error.strerror or error)
-            self._failing = True
+            self.write_error = f"{self.path}: {error.strerror or error}"
             return False
-        if self._failing:
+        if self.write_error:
             log.info("health state written to %s again", self.path)
-        self._failing = False
+        self.write_error = ""
         self._written = essential
         self._written_detectors = detectors
         self._written_at = now
@@ -216,127 +289,3 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-# ---- the file format -------------------------------------------------------------------------------
-
-def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: float,
-           detectors: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "version": SCHEMA_VERSION,
-        "saved_at": saved_at,
-        "boot_id": boot_id,
-        "expected_gpus": expected_gpus,
-        "gpus": [_record(r) for r in sorted(state.gpus.values(), key=lambda r: (r.index, r.uuid))],
-        "node": {"state": state.node.state, "since": state.node.since,
-                 "faults": [asdict(f) for f in state.node.faults]},
-        "transitions_total": [
-            {"uuid": u, "from": a, "to": b, "count": n} for (u, a, b), n in sorted(state.transitions_total.items())
-        ],
-        "fault_events_total": [
-            {"uuid": u, "fault": f, "severity": s, "count": n} for (u, f, s), n in sorted(state.fault_events_total.items())
-        ],
-        "node_fault_events_total": [
-            {"fault": f, "severity": s, "count": n} for (f, s), n in sorted(state.node_fault_events_total.items())
-        ],
-        "detectors": dict(detectors or {}),
-    }
-
-
-def _record(record: GpuRecord) -> dict[str, Any]:
-    return {"index": record.index, "uuid": record.uuid, "state": record.state, "since": record.since,
-            "retired": record.retired, "faults": [asdict(f) for f in record.faults]}
-
-
-_VOLATILE = ("last_seen", "evidence", "clean_samples")
-
-
-def _essential(doc: dict[str, Any]) -> Any:
-    """What must be on disk: the document less saved_at and the per-sample fields of faults."""
-    def record(r: dict[str, Any]) -> Any:  # the node entry has no index and uuid (in version 1, -1 and "")
-        return (r.get("index"), r.get("uuid"), r["state"], r["since"], r.get("retired", False),
-                [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]])
-    return (doc.get("version"), doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]],
-            record(doc["node"]), doc["transitions_total"], doc["fault_events_total"],
-            doc.get("node_fault_events_total"))
-
-
-def decode(doc: Any) -> tuple[MachineState, int, str]:
-    """(state, expected GPUs, saved boot id); raises ValueError/TypeError/KeyError on a bad file."""
-    if not isinstance(doc, dict):
-        raise StoreFormatError("not a JSON object")
-    version = doc.get("version")
-    if version not in READABLE_VERSIONS:
-        raise StoreFormatError(f"schema version {version!r}, this agent reads {', '.join(map(str, READABLE_VERSIONS))}")
-    gpus = {}
-    for item in doc["gpus"]:
-        record = _decode_record(item)
-        if not record.uuid:
-            raise StoreFormatError("a GPU without uuid")
-        gpus[record.uuid] = record
-    node_item = doc["node"]
-    node = NodeRecord(_state(node_item["state"]), float(node_item["since"]), _decode_faults(node_item["faults"]))
-    transitions = {(str(t["uuid"]), _state(t["from"]), _state(t["to"])): _count(t["count"])
-                   for t in doc["transitions_total"]}
-    events: dict[tuple[str, str, str], int] = {}
-    node_events: dict[tuple[str, str], int] = {}
-    for e in doc["fault_events_total"]:
-        uuid, key = str(e["uuid"]), (str(e["fault"]), _severity(e["severity"]))
-        if uuid:
-            events[(uuid, *key)] = _count(e["count"])
-        elif version == 1:  # version 1 kept the node's fault events under uuid ""
-            node_events[key] = node_events.get(key, 0) + _count(e["count"])
-        else:
-            raise StoreFormatError("a GPU fault event without uuid")
-    for e in doc.get("node_fault_events_total") or ():
-        key = (str(e["fault"]), _severity(e["severity"]))
-        node_events[key] = node_events.get(key, 0) + _count(e["count"])
-    expected = _count(doc["expected_gpus"])
-    boot_id = doc["boot_id"]
-    if not isinstance(boot_id, str):
-        raise StoreFormatError("boot_id: not a string")
-    state = MachineState(MappingProxyType(gpus), node, MappingProxyType(transitions), MappingProxyType(events),
-                         MappingProxyType(node_events))
-    return state, expected, boot_id
-
-
-def _decode_record(item: dict[str, Any]) -> GpuRecord:
-    retired = item.get("retired", False)
-    if not isinstance(retired, bool):
-        raise StoreFormatError(f"retired: not true or false: {retired!r}")
-    return GpuRecord(int(item["index"]), str(item["uuid"]), _state(item["state"]), float(item["since"]),
-                     _decode_faults(item["faults"]), retired)
-
-
-def _decode_faults(items: Any) -> tuple[ActiveFault, ...]:
-    faults = []
-    for f in items:
-        fault = ActiveFault(
-            fault=str(f["fault"]), severity=_severity(f["severity"]), action=str(f["action"]),
-            evidence=str(f["evidence"]), clears=str(f["clears"]), first_seen=float(f["first_seen"]),
-            last_seen=float(f["last_seen"]),
-            gpu_instance_id=None if f.get("gpu_instance_id") is None else int(f["gpu_instance_id"]),
-            clean_samples=int(f.get("clean_samples", 0)),
-            fault_class=str(f.get("fault_class", "")),
-            schedulable=None if f.get("schedulable") is None else bool(f["schedulable"]),
-        )
-        faults.append(fault)
-    return tuple(faults)
-
-
-def _state(value: Any) -> str:
-    if value not in STATES:
-        raise StoreFormatError(f"unknown state {value!r}")
-    return value
-
-
-def _severity(value: Any) -> str:
-    if value not in SEVERITIES:
-        raise StoreFormatError(f"unknown severity {value!r}")
-    return value
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreFormatError(f"not a count: {value!r}")
-    return value

@@ -8,6 +8,7 @@ imports another to speak of health (../ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -36,6 +37,17 @@ SUSPECT = "suspect"
 UNHEALTHY = "unhealthy"
 RECOVERING = "recovering"
 STATES = (HEALTHY, SUSPECT, UNHEALTHY, RECOVERING)
+
+# Times in a verdict are unix seconds (UTC) from the epoch to 2100-01-01: the state file is read
+# back with this rule (anything else is an unreadable entry) and the health API renders by it.
+LATEST_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
+
+
+def plausible_time(value: object) -> bool:
+    """Whether ``value`` is a time a verdict can hold: a finite number of unix seconds in
+    [0, ``LATEST_TIME``) — not NaN, not infinite, not before 1970, not past 2100, not a bool."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value < LATEST_TIME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +92,12 @@ class GpuHealth:
         state allows it and every fault whose signal is there keeps it schedulable by the policy."""
         return self.state in (HEALTHY, SUSPECT, RECOVERING) and all(
             f.keeps_schedulable for f in self.faults if f.current)
+
+
+# Node-level faults of the health state file (raised by healthcheck/store.py), named here because
+# readiness depends on one of them.
+STATE_UNREADABLE = "health_state_unreadable"  # the saved state could not be read: which GPUs were bad is unknown
+STATE_UNWRITABLE = "health_state_unwritable"  # the last write of the health state failed
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
-from runtimekit.state.health import NodeHealth
+from runtimekit.state.health import STATE_UNWRITABLE, NodeHealth
 
 log = logging.getLogger("runtimekit.state")
 
@@ -101,12 +101,15 @@ class NodeView:
 
     @property
     def ready(self) -> tuple[bool, str]:
-        """(ready, why not): a first sample exists and no required component is down."""
+        """(ready, why not): a first sample exists, no required component is down, and the health
+        verdict can be persisted (a verdict a restart would forget must not look settled)."""
         if self.snapshot is None:
             return False, "no snapshot yet"
         down = sorted(name for name, status in self.components.items() if status.required and not status.up)
         if down:
             return False, f"component down: {', '.join(down)}"
+        if self.health is not None and any(f.fault == STATE_UNWRITABLE for f in self.health.faults):
+            return False, "the health state cannot be written (see runtimekit_node_fault_active)"
         return True, ""
 
     @property

@@ -105,7 +105,8 @@ def test_a_gpu_fault_event_without_uuid_is_refused_in_version_2(tmp_path, boot_i
     path.parent.mkdir()
     doc = {**VERSION_1, "version": 2, "node": {"state": "healthy", "since": 0.0, "faults": []}}
     path.write_text(json.dumps(doc))
-    assert make_store(tmp_path, boot_id).load().state == MachineState()  # set aside
+    faults = make_store(tmp_path, boot_id).load().state.node.faults  # set aside: the node starts unknown
+    assert [f.fault for f in faults] == ["health_state_unreadable"]
     assert (tmp_path / "state" / f"{FILE_NAME}.corrupt-1234").exists()
 
 
@@ -179,8 +180,9 @@ def test_corrupt_file_is_set_aside_not_fatal(tmp_path, boot_id, caplog, content)
     path.write_text(content)
     with caplog.at_level(logging.ERROR, logger="runtimekit.health"):
         loaded = make_store(tmp_path, boot_id).load()
-    assert loaded.state == MachineState() and loaded.expected_gpus == 0
-    assert not path.exists()
+    assert [f.fault for f in loaded.state.node.faults] == ["health_state_unreadable"]
+    assert loaded.state.gpus == {} and loaded.expected_gpus == 0
+    assert "health_state_unreadable" in path.read_text()  # the unknown state, written in its place at once
     aside = tmp_path / "state" / f"{FILE_NAME}.corrupt-1234"
     assert aside.read_text() == content
     assert "unreadable" in caplog.text and "set aside" in caplog.text

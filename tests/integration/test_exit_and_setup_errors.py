@@ -75,5 +75,5 @@ def test_a_simulated_node_that_cannot_keep_its_state_is_a_clear_error(tmp_path: 
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 2, done.stderr
-    assert "cannot set up the simulated node" in done.stderr and "state_dir" in done.stderr
+    assert "state_dir" in done.stderr and "must be a directory the agent can write" in done.stderr
     assert "Traceback" not in done.stderr

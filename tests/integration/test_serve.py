@@ -118,9 +118,9 @@ def test_without_nvml_the_agent_serves_nvml_up_0_and_says_why_once(tmp_path):
         (["--config", "/nonexistent/runtimekit.yaml"], "cannot read"),
     ],
 )
-def test_configuration_errors_exit_2_with_the_key_named(args, message):
-    done = subprocess.run([sys.executable, "-m", "runtimekit.cli", "serve", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=30)
+def test_configuration_errors_exit_2_with_the_key_named(args, message, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "runtimekit.cli", "serve", "--state-dir", str(tmp_path), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
 
