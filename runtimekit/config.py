@@ -139,6 +139,42 @@ class ComponentsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    """The policy every HTTP listener applies to its connections (``runtimekit.listener``): the agent's
+    and the remediation service's. The deadlines bound only the *reading of a request*; a handler's
+    work and its response have none, so a slow scrape is never cut.
+
+    Defaults: a Prometheus scraper, Alertmanager or a kubelet probe sends its request headers in one
+    write, so 10 s is ample even on a congested link while a slowloris client (a header byte every few
+    seconds) holds a slot for 10 s only (nginx's ``client_header_timeout`` is 60 s; Go servers often
+    use 5-10 s). Request bodies here are small JSON documents (the simulator's control API, alert
+    webhooks): 30 s for the whole body. 75 s keep-alive outlasts Prometheus's default 1 min scrape
+    interval, so a scraper's connection is reused (nginx's ``keepalive_timeout`` default is 75 s too).
+    256 connections serve a few Prometheus replicas and probes many times over and stay well under
+    the 1,024 descriptors (``RLIMIT_NOFILE``) a container commonly gets."""
+
+    header_timeout_seconds: float = setting(
+        10.0, "seconds from a connection's start, or a kept-alive connection's next byte, to a request's last "
+        "header line; slower connections are closed", between(0.1, 600),
+    )
+    body_timeout_seconds: float = setting(
+        30.0, "seconds from a request's headers to the last byte of its body; slower connections are closed",
+        between(0.1, 3600),
+    )
+    keepalive_timeout_seconds: float = setting(
+        75.0, "seconds an idle kept-alive connection stays open waiting for its next request", between(0.1, 3600)
+    )
+    max_connections: int = setting(
+        256, "open connections at most; a new one then replaces the longest idle or slow one, or is refused "
+        "when all are busy (capped below RLIMIT_NOFILE)", between(1, 1_000_000),
+    )
+    client_error_log_level: str = setting(
+        "info", "level of client errors (malformed requests, timeouts): each kind logged once, then counted "
+        "in a summary a minute", allowed=("debug", "info", "warning", "error"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Validated configuration: top-level keys and one section per component."""
 
@@ -152,6 +188,7 @@ class Config:
     attribution: AttributionConfig = section(AttributionConfig)
     health: HealthConfig = section(HealthConfig)
     components: ComponentsConfig = section(ComponentsConfig)
+    listener: ListenerConfig = section(ListenerConfig)
     # Keys of the sections that the command line registered with their component (the simulator's
     # ``sim.*``): dotted key -> validated value. Empty for a production agent.
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import logging
-import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,17 +22,15 @@ from runtimekit.config import Config
 from runtimekit.exporter import ExpositionCache, add_exporter_routes, build_collector_set
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.healthcheck.api import add_health_routes
+from runtimekit.listener import SHUTDOWN_SECONDS, serve_app
 from runtimekit.state import NodeState
 from runtimekit.supervisor import ComponentSpec, Supervisor
-
-log = logging.getLogger(__name__)
 
 CONFIG = web.AppKey("config", Config)
 STATE = web.AppKey("state", NodeState)
 SESSION = web.AppKey("session", NvmlSession)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 DESCRIPTION = web.AppKey("description", str)
-SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s promised
 NVML_SHUTDOWN_SECONDS = 1.0
 
 
@@ -135,35 +131,9 @@ async def serve(
     *,
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
-    """Run the agent until SIGTERM or SIGINT; stop cleanly within SHUTDOWN_SECONDS."""
+    """Run the agent until SIGTERM or SIGINT; stop cleanly within SHUTDOWN_SECONDS. The listener
+    (``runtimekit.listener``) applies ``config.listener``: read deadlines, a connection cap, one line
+    when out of descriptors, client errors counted."""
     app = build_app(config, registrations)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, config.listen_host, config.listen_port)
-        await site.start()
-        address = _address(site)
-        log.info("listening on %s", address)
-        if on_listening:
-            on_listening(address)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
-        log.info("stopping")
-    finally:
-        try:
-            await asyncio.wait_for(runner.cleanup(), SHUTDOWN_SECONDS)
-        except TimeoutError:
-            log.error("shutdown took longer than %.1f s; exiting anyway", SHUTDOWN_SECONDS)
-
-
-def _address(site: web.TCPSite) -> str:
-    server = site._server  # aiohttp keeps the bound sockets here; needed for port 0
-    sockets = getattr(server, "sockets", None) or []
-    if sockets:
-        host, port = sockets[0].getsockname()[:2]
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{port}"
-    return site.name
+    await serve_app(app, config.listen_host, config.listen_port, config.listener,
+                    on_listening=on_listening, shutdown_seconds=SHUTDOWN_SECONDS)
