@@ -1,16 +1,37 @@
 """Fakes of the cluster around the remediation service: a Kubernetes API that validates node
 PATCHes the way the real API server does, lists pods by node and answers policy/v1 evictions (201,
 429 while a fake PodDisruptionBudget blocks the pod, 404 for unknown pods) — a small aiohttp server,
-because a real API server cannot run here — and a spare-node replacement endpoint that counts its
-calls. Shared by the remediation tests and the end-to-end test."""
+because a real API server cannot run here — and a spare-node replacement endpoint that honours
+``Idempotency-Key`` and counts its calls. Shared by the remediation tests and the end-to-end test.
+
+A merge PATCH naming ``metadata.resourceVersion`` applies only to that version (409 Conflict
+otherwise), as the API server treats it as a precondition (kubernetes/kubernetes#63104); lists
+such as ``spec.taints`` are replaced whole, Node taints having no merge key.
+
+Every request is recorded (``FakeKube.requests``: method and raw path) so a test can prove what
+reached the API. As the real API server, the fake answers discovery (``GET /api/v1/``) — where a
+client that does not validate a node name ``..`` ends up — and finds no object whose name in the
+path is not a DNS-1123 subdomain (404 NotFound; apimachinery ``IsDNS1123Subdomain``, checked here
+by its own regular expression, not the service's). ``on_request`` (tests) is called after a request
+took effect and before it is answered: a hook to kill the service at that exact point.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 
 from aiohttp import web
 
 PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json", "application/json-patch+json")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAMED = re.compile(r"/api/v1/(?:nodes|namespaces/[^/]+/pods)/(?P<name>.+?)(?:/eviction)?")
+
+
+def _status(code: int, reason: str, message: str = "") -> web.Response:
+    return web.json_response({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+                              "reason": reason, "message": message}, status=code)
 
 
 class FakeKube:
@@ -23,13 +44,31 @@ class FakeKube:
         self.pods: dict[tuple[str, str], dict] = {}
         self.pdb_blocked: set[tuple[str, str]] = set()  # (namespace, name) a PodDisruptionBudget protects now
         self.evictions: list[tuple[str, str, int]] = []  # (namespace, name, HTTP status) of every POST
-        app = web.Application()
+        self.requests: list[tuple[str, str]] = []  # (method, raw path) of every request, in order
+        self.on_request: Callable[[str, str], None] | None = None
+        app = web.Application(middlewares=[self._record])
+        app.router.add_get("/api/v1/", self.discovery)
         app.router.add_get("/api/v1/nodes", self.list)
         app.router.add_get("/api/v1/nodes/{name}", self.get)
         app.router.add_patch("/api/v1/nodes/{name}", self.patch)
         app.router.add_get("/api/v1/pods", self.list_pods)
         app.router.add_post("/api/v1/namespaces/{namespace}/pods/{name}/eviction", self.evict)
         self.app = app
+
+    @web.middleware
+    async def _record(self, request, handler):
+        self.requests.append((request.method, request.raw_path))
+        named = _NAMED.fullmatch(request.path)
+        if named and not (len(named["name"]) <= 253 and DNS1123_SUBDOMAIN.fullmatch(named["name"])):
+            return _status(404, "NotFound", f"{named['name'][:80]!r} not found")  # no such object can exist
+        response = await handler(request)
+        if self.on_request is not None:
+            self.on_request(request.method, request.path)
+        return response
+
+    async def discovery(self, request):
+        return web.json_response({"kind": "APIResourceList", "groupVersion": "v1",
+                                  "resources": [{"name": "nodes", "namespaced": False, "kind": "Node"}]})
 
     async def list(self, request):
         return web.json_response({"apiVersion": "v1", "kind": "NodeList", "metadata": {},
@@ -63,8 +102,19 @@ class FakeKube:
         else:
             if not isinstance(body, dict):
                 return web.json_response({"kind": "Status", "code": 400}, status=400)
+            version = body.get("metadata", {}).get("resourceVersion")
+            if version is not None and version != node["metadata"]["resourceVersion"]:  # a precondition
+                return _status(409, "Conflict", f"the object has been modified; resourceVersion {version} is stale")
             for key, value in body.get("spec", {}).items():
                 node["spec"][key] = value
+            annotations = node["metadata"].setdefault("annotations", {})
+            for key, value in body.get("metadata", {}).get("annotations", {}).items():
+                if value is None:
+                    annotations.pop(key, None)
+                elif not isinstance(value, str):
+                    return _status(422, "Invalid", f"metadata.annotations.{key}: must be a string")
+                else:
+                    annotations[key] = value
         node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
         return web.json_response(node)
 
@@ -127,14 +177,24 @@ class FakeKube:
 
 
 class FakeReplacement:
+    """A spare-node endpoint that honours Idempotency-Key: ``calls`` is every request, ``replacements``
+    the requests it acted on (the first per key); a key seen again gets the first answer again.
+    ``on_call`` (tests) runs after it acted and before it answers."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
+        self.replacements: dict[str, dict] = {}
+        self.on_call: Callable[[str], None] | None = None
         self.app = web.Application()
         self.app.router.add_post("/replace", self.replace)
 
     async def replace(self, request):
-        self.calls.append((request.headers.get("Idempotency-Key", ""), await request.json()))
-        return web.json_response({"accepted": True})
+        key, body = request.headers.get("Idempotency-Key", ""), await request.json()
+        self.calls.append((key, body))
+        self.replacements.setdefault(key, body)
+        if self.on_call is not None:
+            self.on_call(key)
+        return web.json_response({"accepted": True, "request": list(self.replacements).index(key)})
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:

@@ -2,7 +2,13 @@
 
 Steps are level-triggered: each looks at the node first and records what it found, so a step
 retried after a crash does no harm, and a resolved alert only undoes what this service did
-(never uncordons a node someone else cordoned; gpu-faults.md §3, NVIDIA/NVSentinel#1424).
+(never uncordons a node someone else cordoned; gpu-faults.md §3, NVIDIA/NVSentinel#1424). Which
+alerts hold a node's cordon and taint is recorded on the Node, in the PATCH that adds them
+(holds.py), so it survives a crash between that PATCH and the journal commit: a step run again
+finds itself a holder, and uncordon and untaint read the Node, not the journal, to know whether
+the mark is theirs. A mark another alert on the node still needs (it still fires, the journal
+says) stays. Every write is computed from one read of the Node and guarded by its
+resourceVersion; a Node changed meanwhile is read again, at most ``WRITE_TRIES`` times.
 
 The optional drain step evicts every pod on the node through the Eviction API except DaemonSet
 pods and mirror (static) pods, which an eviction cannot move. Evictions a PodDisruptionBudget
@@ -19,19 +25,22 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from .config import RemediationConfig
-from .journal import Action
+from .holds import CORDON, CORDONED_BY, TAINTED_BY, Decision, Mark, claim, release, taint_mark
+from .journal import UNDOES, Action, idempotency_key
 from .ladders import steps_for
-from .nodes import NodeApi
+from .nodes import NodeApi, NodeChanged, NodeView
 from .payload import Alert
+from .template import render
 
 log = logging.getLogger(__name__)
+WRITE_TRIES = 5  # reads and PATCHes of one step while the Node keeps changing under it (409 Conflict)
 
 
 class StepFailed(Exception):
@@ -57,19 +66,6 @@ def plan(config: RemediationConfig, alert: Alert) -> tuple[str, list[str]] | Non
 
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def render(template: Any, fields: Mapping[str, Any]) -> Any:
-    """Fill a JSON template: a string exactly "{name}" becomes the value (lists stay lists)."""
-    if isinstance(template, Mapping):
-        return {k: render(v, fields) for k, v in template.items()}
-    if isinstance(template, list):
-        return [render(v, fields) for v in template]
-    if isinstance(template, str):
-        if template.startswith("{") and template.endswith("}") and template[1:-1] in fields:
-            return fields[template[1:-1]]
-        return template.format_map({k: v if isinstance(v, str) else ",".join(v) for k, v in fields.items()})
-    return template
 
 
 def replacement_body(config: RemediationConfig, action: Action, labels: Mapping[str, str]) -> Any:
@@ -99,44 +95,46 @@ class Steps:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     clock: Callable[[], float] = time.monotonic
 
-    async def run(self, action: Action, labels: Mapping[str, str], siblings: list[Action]) -> dict[str, Any]:
+    async def run(self, action: Action, labels: Mapping[str, str], needed: Collection[str] = ()) -> dict[str, Any]:
+        """Run one step; ``needed`` (undo steps): the holder keys of the other alerts on the node
+        that still fire and whose ladder has the step undone (journal.still_needed)."""
         handler = getattr(self, f"_{action.kind}")
-        return await handler(action, labels, siblings)
+        return await handler(action, labels, needed)
 
-    async def _cordon(self, action: Action, labels, siblings) -> dict[str, Any]:
-        node = await self.nodes.get_node(action.node)
-        if node.unschedulable:
-            return {"already_cordoned": True, "cordoned_by_us": False}
-        await self.nodes.set_unschedulable(action.node, True)
-        return {"already_cordoned": False, "cordoned_by_us": True}
+    def _mark(self, step: str) -> Mark:
+        return CORDON if step == "cordon" else taint_mark(taint(self.config))
 
-    async def _taint(self, action: Action, labels, siblings) -> dict[str, Any]:
-        node = await self.nodes.get_node(action.node)
-        mine = taint(self.config)
-        if any(t.get("key") == mine["key"] and t.get("effect") == mine["effect"] for t in node.taints):
-            return {"already_tainted": True, "tainted_by_us": False}
-        await self.nodes.set_taints(action.node, [*node.taints, mine], node.resource_version)
-        return {"already_tainted": False, "tainted_by_us": True}
+    async def _write(self, action: Action, decide: Callable[[NodeView], Decision]) -> dict[str, Any]:
+        """Read the Node, decide, and write the decision in one PATCH guarded by the version read."""
+        for _ in range(WRITE_TRIES):
+            node = await self.nodes.get_node(action.node)
+            decision = decide(node)
+            if decision.write is None:
+                return decision.result
+            try:
+                await self.nodes.patch_node(action.node, node.resource_version, decision.write.spec,
+                                            decision.write.annotations)
+            except NodeChanged:
+                continue
+            return decision.result
+        raise StepFailed(f"{action.kind} of {action.node}: the node changed under each of {WRITE_TRIES} writes")
 
-    async def _uncordon(self, action: Action, labels, siblings) -> dict[str, Any]:
-        cordon = next((a for a in siblings if a.kind == "cordon"), None)
-        if cordon is None or cordon.state != "done" or not (cordon.result or {}).get("cordoned_by_us"):
-            return {"skipped": "the node was not cordoned by this service"}
-        await self.nodes.set_unschedulable(action.node, False)
-        return {"uncordoned": True}
+    async def _hold(self, action: Action, labels, needed) -> dict[str, Any]:
+        mark = self._mark(action.kind)
+        return await self._write(action, lambda node: claim(mark, node.spec, node.annotations.get(mark.annotation),
+                                                            action.idempotency_key))
 
-    async def _untaint(self, action: Action, labels, siblings) -> dict[str, Any]:
-        step = next((a for a in siblings if a.kind == "taint"), None)
-        if step is None or step.state != "done" or not (step.result or {}).get("tainted_by_us"):
-            return {"skipped": "the taint was not added by this service"}
-        node = await self.nodes.get_node(action.node)
-        key = self.config.taint_key
-        kept = [t for t in node.taints if not (t.get("key") == key and t.get("effect") == "NoSchedule")]
-        if len(kept) != len(node.taints):
-            await self.nodes.set_taints(action.node, kept, node.resource_version)
-        return {"untainted": True}
+    async def _unhold(self, action: Action, labels, needed) -> dict[str, Any]:
+        step = UNDOES[action.kind]
+        mark = self._mark(step)
+        key = idempotency_key(action.fingerprint, action.starts_at, action.node, step)
+        return await self._write(action, lambda node: release(mark, node.spec, node.annotations.get(mark.annotation),
+                                                              key, needed))
 
-    async def _drain(self, action: Action, labels, siblings) -> dict[str, Any]:
+    _cordon = _taint = _hold
+    _uncordon = _untaint = _unhold
+
+    async def _drain(self, action: Action, labels, needed) -> dict[str, Any]:
         pods = await self.nodes.list_pods_on_node(action.node)
         skipped = [{"pod": f"{p.namespace}/{p.name}", "reason": "mirror pod" if p.is_mirror else "DaemonSet pod"}
                    for p in pods if p.is_mirror or p.owner_kind == "DaemonSet"]
@@ -173,7 +171,7 @@ class Steps:
             await self.sleep(min(self.config.drain.retry_seconds, remaining))
             todo = blocked
 
-    async def _replace(self, action: Action, labels, siblings) -> dict[str, Any]:
+    async def _replace(self, action: Action, labels, needed) -> dict[str, Any]:
         url = self.config.replacement.url
         if not url:
             raise StepFailed("replacement.url is not configured")
@@ -203,15 +201,22 @@ class Steps:
 
 
 def dry_run_result(config: RemediationConfig, action: Action, labels: Mapping[str, str]) -> dict[str, Any]:
-    """What a step would do, for the journal in dry-run mode."""
+    """What a step would do, for the journal in dry-run mode (the replacement's body included)."""
+    repl = config.replacement
     would = {
-        "cordon": f"PATCH node {action.node} spec.unschedulable=true (if not already)",
-        "taint": f"add taint {config.taint_key}:NoSchedule to node {action.node}",
+        "cordon": f"PATCH node {action.node} spec.unschedulable=true with annotation {CORDONED_BY} naming "
+                  f"{action.idempotency_key} (if not already cordoned by someone else)",
+        "taint": f"PATCH node {action.node}: add taint {config.taint_key}:NoSchedule with annotation {TAINTED_BY} "
+                 f"naming {action.idempotency_key} (if not already tainted by someone else)",
         "drain": (f"evict the pods on node {action.node} (not DaemonSet or mirror pods) through the Eviction "
                   f"API, retrying PodDisruptionBudget refusals for up to {config.drain.timeout_seconds} s"),
-        "uncordon": f"PATCH node {action.node} spec.unschedulable=false (if cordoned by us)",
-        "untaint": f"remove taint {config.taint_key} from node {action.node} (if added by us)",
-        "replace": f"POST {config.replacement.url} Idempotency-Key {action.idempotency_key}",
+        "uncordon": f"PATCH node {action.node} spec.unschedulable=false, removing annotation {CORDONED_BY} "
+                    "(if it names this alert's cordon and no other firing alert on the node needs it)",
+        "untaint": f"PATCH node {action.node}: remove taint {config.taint_key} and annotation {TAINTED_BY} "
+                   "(if it names this alert's taint and no other firing alert on the node needs it)",
+        "replace": (f"POST {repl.url or '(replacement.url is not set: the step would fail)'} with Idempotency-Key {action.idempotency_key} and the body below, on node "
+                    f"{action.node}'s behalf; at most {repl.max_attempts} calls of {repl.timeout_seconds:g} s each, "
+                    f"retried on 5xx, 408, 429 and timeouts"),
     }[action.kind]
     result: dict[str, Any] = {"dry_run": True, "would": would}
     if action.kind == "replace":

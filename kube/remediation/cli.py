@@ -3,7 +3,8 @@
 Exit codes, as for ``runtimekit``: 0 success; 2 a usage or configuration mistake (a bad key, a
 missing journal folder, no kubeconfig outside a cluster, a --db that is not a journal), reported
 as one line on stderr naming the key or flag and the rule; 1 a failure at run time (the port is
-taken, the journal is locked). Never a traceback for any of these.
+taken, the journal is locked by another process: found within journal.BUSY_SECONDS, at start).
+Never a traceback for any of these.
 
 This module imports only the standard library at import time: ``runtimekit.cli`` builds its
 parser from here, and the node agent must load neither aiohttp's server nor ``kubernetes``.
@@ -39,14 +40,14 @@ def _fail(code: int, message: str) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    import asyncio
     import sqlite3
 
-    from aiohttp import web
-
+    from runtimekit.listener import serve_app
     from runtimekit.schema import ConfigError, parse_listen
 
     from .config import load
-    from .journal import JournalError
+    from .journal import JournalError, JournalLocked
     from .server import make_app
 
     try:
@@ -54,14 +55,18 @@ def run_serve(args: argparse.Namespace) -> int:
         app = make_app(config)
     except ConfigError as error:
         return _fail(EXIT_USAGE, str(error))
+    except JournalLocked as error:
+        return _fail(EXIT_FAILURE, f"db_path: {error}")
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     host, port = parse_listen(config.listen)
     try:
-        web.run_app(app, host=host, port=port, print=None, handle_signals=True)
+        asyncio.run(serve_app(app, host, port, config.listener))
     except OSError as error:  # the port is taken, say
         return _fail(EXIT_FAILURE, f"cannot serve on {config.listen}: {error.strerror or error}")
-    except (JournalError, sqlite3.Error) as error:  # opened at start-up: locked, replaced or broken since checked
+    except JournalLocked as error:  # taken by another process since it was checked
+        return _fail(EXIT_FAILURE, f"db_path: {error}")
+    except (JournalError, sqlite3.Error) as error:  # opened at start-up: replaced or broken since checked
         return _fail(EXIT_FAILURE, f"db_path: cannot use the journal {config.db_path}: {error}")
     return 0
 
@@ -69,10 +74,12 @@ def run_serve(args: argparse.Namespace) -> int:
 def run_reset_breaker(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from .journal import JournalError, reset_breaker
+    from .journal import JournalError, JournalLocked, reset_breaker
 
     try:
         was_open = reset_breaker(args.db, time.time())
+    except JournalLocked as error:
+        return _fail(EXIT_FAILURE, f"cannot reset the breaker: {error}")
     except JournalError as error:
         return _fail(EXIT_USAGE, f"--db: {error}")
     except sqlite3.Error as error:  # locked by a long transaction, say: nothing was changed

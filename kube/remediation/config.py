@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.config import ListenerConfig
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
+from .template import FIELDS, template_problem
 
 DEFAULT_TEMPLATE = {
     "node": "{node}",
@@ -59,11 +61,22 @@ class KubernetesConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReplacementConfig:
-    """The spare-node request."""
+    """The spare-node request, delivered at least once: the receiver must honour Idempotency-Key.
 
-    url: str | None = setting(None, "node replacement webhook (POST JSON)", _url)
+    Every call for one replacement carries the same ``Idempotency-Key`` header (the action's key,
+    journal.idempotency_key). Within one run a call is retried at most ``max_attempts`` times; a
+    crash or SIGKILL after the receiver acted but before the journal commit makes the restarted
+    service call again with the same key, at most ``max_step_runs`` runs in all. So the receiver
+    may see one replacement more than once (at most max_attempts × max_step_runs calls) and must
+    treat a key it has seen as the same request (answer as before, act once); exactly-once
+    delivery across a crash is not possible without its help.
+    """
+
+    url: str | None = setting(None, "node replacement webhook (POST JSON, at-least-once with an Idempotency-Key)",
+                              _url)
     body_template: Mapping[str, Any] = setting(
-        DEFAULT_TEMPLATE, "JSON body; {node} {gpu_uuids} {gpu_indices} {fault} {fingerprint} {starts_at} are filled in"
+        DEFAULT_TEMPLATE, "JSON body; " + " ".join(f"{{{name}}}" for name in FIELDS) + " are filled in "
+        "(any other {name} is refused at start)", template_problem,
     )
     token_file: str | None = setting(None, "file with a bearer token for the replacement webhook")
     timeout_seconds: float = setting(10.0, "deadline of one replacement call", between(0.1, 300))
@@ -101,6 +114,12 @@ class RemediationConfig:
         0.0, "wait this long after an alert arrives before acting", between(0, 86400)
     )
     worker_interval_seconds: float = setting(1.0, "seconds between journal polls of the worker", between(0.01, 60))
+    # A step interrupted by a crash runs again after the restart; this bounds how often, so a
+    # crash loop cannot repeat a replacement call without end (ReplacementConfig's docstring).
+    max_step_runs: int = setting(
+        3, "a step started this many times without finishing (the service died while it ran) fails "
+        "instead of running again", between(1, 100),
+    )
     node_label: str = setting("node", "alert label naming the Kubernetes node")
     # The shipped alerts (alerts/runtimekit.rules.yml) carry the agent's labels: `uuid` (GPU-…) and
     # `gpu` (the NVML index); node-level alerts (NVML down, GPUs missing) carry neither.
@@ -123,6 +142,7 @@ class RemediationConfig:
     auth: AuthConfig = section(AuthConfig)
     drain: DrainConfig = section(DrainConfig)
     kubernetes: KubernetesConfig = section(KubernetesConfig)
+    listener: ListenerConfig = section(ListenerConfig)
     replacement: ReplacementConfig = section(ReplacementConfig)
     breaker: BreakerConfig = section(BreakerConfig)
 

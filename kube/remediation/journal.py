@@ -8,6 +8,12 @@ it done, failed or skipped. Methods are blocking: call them from an executor thr
 ``Journal(path)`` creates the file (not its folder); ``check_path`` and ``reset_breaker(path)``
 only open an existing journal, and ``reset_breaker`` changes nothing but the breaker. Both raise ``JournalError`` naming the path and the
 rule instead of sqlite3's bare "unable to open database file".
+
+Locks: every connection waits at most ``BUSY_SECONDS`` for another writer (sqlite's busy
+timeout), so a journal another process holds is reported within seconds — ``JournalLocked`` at
+start (``check_path`` and ``Journal`` try a write transaction and roll it back), sqlite3's
+OperationalError while running — never after a minute. ``Journal.unwritable`` is the readiness
+probe: a separate connection that waits at most ``PROBE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ STATES = ("pending", "done", "failed", "skipped")
 TABLES = ("alerts", "actions", "breaker")
 DISRUPTIVE = ("cordon", "taint", "drain", "replace")
 UNDO = {"cordon": "uncordon", "taint": "untaint"}
+UNDOES = {undo: step for step, undo in UNDO.items()}
+BUSY_SECONDS = 2.0  # the longest a statement waits for another writer's lock (sqlite busy timeout)
+PROBE_SECONDS = 0.5  # the readiness probe's wait: below a Kubernetes probe's default 1 s timeout
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
@@ -104,6 +113,29 @@ class JournalError(Exception):
     """The journal cannot be opened or is not a journal; the message names the path and the rule."""
 
 
+class JournalLocked(JournalError):
+    """Another process holds the journal's write lock longer than BUSY_SECONDS (a run-time
+    failure, not a configuration mistake: ``runtimekit remediate`` exits 1)."""
+
+
+def is_locked(error: sqlite3.Error) -> bool:
+    """Is this sqlite3 error another connection's lock (SQLITE_BUSY / SQLITE_LOCKED)?"""
+    return getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _check_writable(conn: sqlite3.Connection, path: str | Path) -> None:
+    """Take the write lock and give it back (changes nothing); JournalLocked if another holds it."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as error:
+        conn.close()
+        if is_locked(error):
+            raise JournalLocked(f"the journal {path} is locked by another process ({error}, waited {BUSY_SECONDS:g} s);"
+                                " is another remediation service or a sqlite3 shell using it?") from error
+        raise JournalError(f"{path}: cannot write: {error}") from error
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open (creating if needed) the journal at ``path``; its folder must exist."""
     folder = Path(path).parent
@@ -112,9 +144,10 @@ def connect(path: str | Path) -> sqlite3.Connection:
     if Path(path).exists() and not Path(path).is_file():
         raise JournalError(f"{path}: must be a file, not a folder or device")
     try:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_SECONDS)
     except sqlite3.Error as error:
         raise JournalError(f"{path}: cannot open: {error}") from error
+    _check_writable(conn, path)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -137,7 +170,9 @@ def check_path(path: str | Path) -> None:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise JournalError(f"{path}: the folder {folder} is not writable by this user")
     if Path(path).exists():
-        connect_existing(path).close()
+        conn = connect_existing(path)
+        _check_writable(conn, path)
+        conn.close()
 
 
 def connect_existing(path: str | Path) -> sqlite3.Connection:
@@ -147,13 +182,16 @@ def connect_existing(path: str | Path) -> sqlite3.Connection:
     if not target.is_file():
         raise JournalError(f"{path}: no such journal file (nothing was created or changed)")
     try:
-        conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None, timeout=30)
+        conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None,
+                               timeout=BUSY_SECONDS)
     except sqlite3.Error as error:
         raise JournalError(f"{path}: cannot open: {error}") from error
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as error:
         conn.close()
+        if is_locked(error):
+            raise JournalLocked(f"the journal {path} is locked by another process ({error})") from error
         raise JournalError(f"{path}: not a SQLite database ({error}); nothing was changed") from error
     if not set(TABLES) <= tables:
         conn.close()
@@ -203,10 +241,24 @@ class Journal:
         self.path = str(path)
         self._conn = connect(path)
         self._lock = threading.Lock()
+        self._probe = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=PROBE_SECONDS)
+        self._probe_lock = threading.Lock()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._probe_lock:
             self._conn.close()
+            self._probe.close()
+
+    def unwritable(self) -> str | None:
+        """Why the journal cannot take a write now (another process holds its lock longer than
+        PROBE_SECONDS, the disk refuses), or None. Takes the write lock and gives it back."""
+        with self._probe_lock:
+            try:
+                self._probe.execute("BEGIN IMMEDIATE")
+                self._probe.execute("ROLLBACK")
+            except sqlite3.Error as error:
+                return f"the journal {self.path} cannot be written: {error}"
+        return None
 
     def receive(self, alerts: Iterable[Alert], plan: Planner, now: float) -> Received:
         """Record the alerts and enqueue their actions in ONE transaction (committed on return)."""
@@ -294,15 +346,18 @@ class Journal:
                 "AND NOT (fingerprint = ? AND starts_at = ?)", (node, *DISRUPTIVE, fingerprint, starts_at)).fetchone()
         return row[0] if row else None
 
-    def node_held_by_other(self, node: str, fingerprint: str, starts_at: str, kind: str) -> bool:
-        """Does another still-firing alert hold ``kind`` (cordon/taint) on this node?"""
+    def still_needed(self, action: Action) -> list[str]:
+        """For an undo step (uncordon, untaint): the keys of the step it undoes in the ladders of
+        the OTHER alerts on its node that still fire — whatever that step's state (done, skipped by
+        the cooldown or the breaker, found the node already held, pending). Those alerts need the
+        cordon or taint kept (holds.release)."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT 1 FROM actions a JOIN alerts l ON a.fingerprint = l.fingerprint AND a.starts_at = l.starts_at "
-                "WHERE a.node = ? AND a.kind = ? AND a.state = 'done' AND l.status = 'firing' "
-                "AND NOT (a.fingerprint = ? AND a.starts_at = ?) LIMIT 1",
-                (node, kind, fingerprint, starts_at)).fetchone()
-        return row is not None
+            rows = self._conn.execute(
+                "SELECT a.idempotency_key FROM actions a JOIN alerts l "
+                "ON a.fingerprint = l.fingerprint AND a.starts_at = l.starts_at "
+                "WHERE a.node = ? AND a.kind = ? AND l.status = 'firing' AND NOT (a.fingerprint = ? AND a.starts_at = ?) "
+                "ORDER BY a.id", (action.node, UNDOES[action.kind], action.fingerprint, action.starts_at)).fetchall()
+        return [row[0] for row in rows]
 
     def breaker_state(self) -> tuple[bool, str]:
         with self._lock:

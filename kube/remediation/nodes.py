@@ -1,8 +1,14 @@
 """Node access behind a Protocol; the production backend is the official ``kubernetes`` client.
 
 The client is synchronous (urllib3), so every call runs in an executor thread.
-Cordon is a strategic-merge patch of ``spec.unschedulable``; taints are replaced with a JSON patch
-guarded by a ``test`` of ``metadata.resourceVersion`` (a concurrent writer makes it fail, not race).
+Every name goes through ``names.checked`` before a path is built from it (the official client
+escapes ``/`` but sends ``..`` as is, which urllib3 then resolves to ``/api/v1/``).
+Every change to a Node is one strategic-merge PATCH carrying the ``metadata.resourceVersion`` the
+change was computed from: the API server applies it only to that version of the Node and answers
+409 Conflict otherwise (``NodeChanged``), so a concurrent writer (a person's cordon, another
+controller's taint) makes it fail, not race. ``spec.taints`` has no merge key, so a PATCH replaces
+the whole list. A cordon or taint and the annotation naming its holders (holds.py) travel in the
+same PATCH, so the ownership survives any crash of the service.
 Drain lists the node's pods with a ``spec.nodeName`` field selector and evicts each through the
 Eviction API (policy/v1), which the API server refuses with 429 while a PodDisruptionBudget forbids
 it; pods are never deleted directly.
@@ -16,9 +22,12 @@ service starts and is reported as ClusterAccessError naming the key.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
+
+from .names import checked
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
@@ -39,12 +48,25 @@ class NodeView:
     unschedulable: bool
     taints: tuple[dict[str, Any], ...]
     resource_version: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The spec fields this service reads and writes, as a PATCH names them."""
+        return {"unschedulable": self.unschedulable, "taints": list(self.taints)}
+
+
+class NodeChanged(Exception):
+    """The Node changed since it was read (409 Conflict on a PATCH): read it again and recompute."""
 
 
 class NodeApi(Protocol):
     async def get_node(self, name: str) -> NodeView: ...
-    async def set_unschedulable(self, name: str, value: bool) -> None: ...
-    async def set_taints(self, name: str, taints: list[dict[str, Any]], resource_version: str) -> None: ...
+    async def patch_node(self, name: str, resource_version: str, spec: Mapping[str, Any],
+                         annotations: Mapping[str, str | None]) -> None:
+        """One PATCH of these spec fields and annotations (None removes one), applied only to
+        ``resource_version`` of the Node; NodeChanged when the Node has changed since."""
+        ...
     async def count_nodes(self) -> int: ...
     async def list_pods_on_node(self, node: str) -> list[PodRef]: ...
     async def evict(self, namespace: str, name: str) -> EvictionOutcome:
@@ -96,32 +118,37 @@ class KubernetesNodeApi:
         self._client: Any = client
 
     async def get_node(self, name: str) -> NodeView:
-        node = await asyncio.to_thread(self._api.read_node, name)
+        node = await asyncio.to_thread(self._api.read_node, checked(name))
         taints = tuple(t.to_dict() for t in (node.spec.taints or ()))
         return NodeView(name, bool(node.spec.unschedulable), tuple(
-            {k: v for k, v in t.items() if v is not None} for t in taints), node.metadata.resource_version)
+            {k: v for k, v in t.items() if v is not None} for t in taints), node.metadata.resource_version,
+            dict(node.metadata.annotations or {}))
 
-    async def set_unschedulable(self, name: str, value: bool) -> None:
-        await asyncio.to_thread(self._api.patch_node, name, {"spec": {"unschedulable": value}},
-                                _content_type="application/strategic-merge-patch+json")
+    async def patch_node(self, name: str, resource_version: str, spec: Mapping[str, Any],
+                         annotations: Mapping[str, str | None]) -> None:
+        from kubernetes.client.exceptions import ApiException
 
-    async def set_taints(self, name: str, taints: list[dict[str, Any]], resource_version: str) -> None:
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-            {"op": "add", "path": "/spec/taints", "value": taints},
-        ]
-        await asyncio.to_thread(self._api.patch_node, name, patch, _content_type="application/json-patch+json")
+        patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)},
+                 "spec": dict(spec)}
+        try:
+            await asyncio.to_thread(self._api.patch_node, checked(name), patch,
+                                    _content_type="application/strategic-merge-patch+json")
+        except ApiException as error:
+            if error.status == 409:
+                raise NodeChanged(f"node {name} changed since resourceVersion {resource_version}") from error
+            raise
 
     async def count_nodes(self) -> int:
         nodes = await asyncio.to_thread(self._api.list_node)
         return len(nodes.items)
 
     async def list_pods_on_node(self, node: str) -> list[PodRef]:
+        selector = f"spec.nodeName={checked(node)}"
         pods: list[PodRef] = []
         token: str | None = None
         while True:
             page = await asyncio.to_thread(self._api.list_pod_for_all_namespaces,
-                                           field_selector=f"spec.nodeName={node}", limit=500, _continue=token)
+                                           field_selector=selector, limit=500, _continue=token)
             for pod in page.items or ():
                 meta = pod.metadata
                 owners = meta.owner_references or ()
@@ -135,6 +162,8 @@ class KubernetesNodeApi:
     async def evict(self, namespace: str, name: str) -> EvictionOutcome:
         from kubernetes.client.exceptions import ApiException
 
+        checked(namespace, "namespace")
+        checked(name, "pod name")
         client = self._client
         body = client.V1Eviction(api_version="policy/v1", kind="Eviction",
                                  metadata=client.V1ObjectMeta(name=name, namespace=namespace))

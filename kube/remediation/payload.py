@@ -7,6 +7,11 @@ field and the rule (the server answers HTTP 400 with it). The payload is describ
 fingerprint's length) and the optional fields' defaults. ``check_shape`` validates it; nothing
 here checks a field by hand. Unknown fields are ignored (``"..."``), as Alertmanager asks of
 receivers (gpu-faults.md §4; alertmanager notify/webhook/webhook.go).
+
+This is also the one place where an alert's node label is checked (``names.name_problem``): an
+alert naming a node that is not a valid Kubernetes node name is moved to ``refused`` with the
+reason, so nothing downstream — journal, ladder, Kubernetes API — ever sees its name. An alert
+without the label is kept (it asks for nothing).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from runtimekit.schema import OTHER_KEYS, Key, at_least, check_shape
+
+from .names import name_problem
 
 STATUSES = ("firing", "resolved")
 
@@ -37,13 +44,22 @@ class Alert:
 
 
 @dataclass(frozen=True, slots=True)
+class Refused:
+    """An alert left out: ``error`` names the field (``alerts[i].labels.node``) and the rule."""
+
+    fingerprint: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Notification:
     version: str
     status: str
     receiver: str
     group_key: str
-    alerts: tuple[Alert, ...]
+    alerts: tuple[Alert, ...]  # the alerts accepted
     truncated_alerts: int = 0
+    refused: tuple[Refused, ...] = ()
 
 
 # -- the rules a shape's types cannot say ---------------------------------------------------------
@@ -117,16 +133,27 @@ def _alert(data: Mapping[str, Any]) -> Alert:
     )
 
 
-def parse(data: Any) -> Notification:
-    """Validate a decoded webhook body; raises PayloadError naming the field and rule."""
+def parse(data: Any, node_label: str = "node") -> Notification:
+    """Validate a decoded webhook body; raises PayloadError naming the field and rule. Alerts whose
+    ``node_label`` holds an invalid node name are returned in ``refused``, not in ``alerts``."""
     if not isinstance(data, dict):
         raise PayloadError(f"body: must be a JSON object, got {type(data).__name__}")
     check_shape(data, NOTIFICATION, "", PayloadError)
+    alerts: list[Alert] = []
+    refused: list[Refused] = []
+    for index, item in enumerate(data["alerts"]):
+        node = item["labels"].get(node_label, "")
+        problem = name_problem(node) if node else None
+        if problem:
+            refused.append(Refused(item["fingerprint"], f"alerts[{index}].labels.{node_label}: {problem}"))
+        else:
+            alerts.append(_alert(item))
     return Notification(
         version=data["version"],
         status=data["status"],
         receiver=data["receiver"],
         group_key=data["groupKey"],
-        alerts=tuple(_alert(item) for item in data["alerts"]),
+        alerts=tuple(alerts),
         truncated_alerts=_get(data, NOTIFICATION, "truncatedAlerts"),
+        refused=tuple(refused),
     )

@@ -1,9 +1,17 @@
 """The webhook receiver (aiohttp) and the worker that executes journaled actions.
 
-``POST /api/v1/alerts`` answers 200 only after the journal commit; any 4xx journals nothing.
+``POST /api/v1/alerts`` answers 200 only after the journal commit; any 4xx journals nothing, and
+a journal it cannot write (another process holds its lock) is a 503 that Alertmanager retries.
+Alerts naming an invalid node are refused by the parser (listed in the answer, counted). Every
+route but ``/healthz`` (liveness) and ``/readyz`` (readiness: the journal can be written) needs
+the webhook's credentials (auth.py).
+
 The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
 transaction that marks it done. The replacement call carries the action's idempotency key, so a
-crash between the call and the commit leads to a retry the receiver can recognise. A drain
+crash between the call and the commit leads to a retry the receiver can recognise; a step started
+``max_step_runs`` times without finishing fails instead of running again. An undo step
+(uncordon, untaint) is given the other alerts on its node that still fire, whose need it keeps
+(holds.py). A drain
 waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_seconds``; a failed
 step is journaled with its result (the drain's still-blocked pods) and the later steps are skipped.
 
@@ -15,27 +23,25 @@ files, the journal's folder, the kubeconfig (or the in-cluster service account) 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hmac
-import json
 import logging
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
+from runtimekit.documents import DocumentError, load_json
 from runtimekit.schema import ConfigError
 from runtimekit.state.health import ACTIONS
 
 from . import actions as steps_module
+from .auth import read_credentials, read_secret, require_credentials
 from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
 from .config import RemediationConfig
-from .journal import DISRUPTIVE, Action, Journal, JournalError, check_path
+from .journal import DISRUPTIVE, UNDOES, Action, Journal, JournalError, JournalLocked, check_path
 from .nodes import ClusterAccessError, KubernetesNodeApi, NodeApi
 from .payload import PayloadError, parse
 
@@ -44,46 +50,7 @@ log = logging.getLogger(__name__)
 JOURNAL = web.AppKey("journal", Journal)
 CONFIG = web.AppKey("config", RemediationConfig)
 COUNTERS = web.AppKey("counters", Counter)
-CREDENTIALS = web.AppKey("credentials", tuple)
-
-
-def _read_secret(key: str, path: str | None) -> str | None:
-    """The stripped content of the file a ``*_file`` key names (None when unset); ConfigError
-    naming the key when it cannot be read."""
-    if path is None:
-        return None
-    try:
-        return Path(path).read_text().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
-        raise ConfigError(f"{key}: cannot read {path}: {reason}") from error
-
-
-def read_credentials(config: RemediationConfig) -> tuple[str | None, str | None]:
-    """(bearer token, USER:PASSWORD) the webhook accepts, read from the files named by auth.*."""
-    token = _read_secret("auth.token_file", config.auth.token_file)
-    basic = _read_secret("auth.basic_file", config.auth.basic_file)
-    if token == "":
-        raise ConfigError(f"auth.token_file: {config.auth.token_file} is empty")
-    if basic is not None and ":" not in basic:
-        raise ConfigError(f"auth.basic_file: {config.auth.basic_file} must hold USER:PASSWORD")
-    return token, basic
-
-
-def authorized(header: str | None, token: str | None, basic: str | None) -> bool:
-    if not header:
-        return False
-    scheme, _, value = header.partition(" ")
-    value = value.strip()
-    if scheme.lower() == "bearer" and token is not None:
-        return hmac.compare_digest(value.encode(), token.encode())
-    if scheme.lower() == "basic" and basic is not None:
-        try:
-            decoded = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            return False
-        return hmac.compare_digest(decoded, basic.encode())
-    return False
+RETRY_AFTER_SECONDS = 10  # what a 503 asks Alertmanager to wait (it retries with its own back-off)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -92,10 +59,6 @@ def _error(status: int, message: str) -> web.Response:
 
 async def post_alerts(request: web.Request) -> web.Response:
     config, counters = request.app[CONFIG], request.app[COUNTERS]
-    if not authorized(request.headers.get("Authorization"), *request.app[CREDENTIALS]):
-        counters["rejected_401"] += 1
-        return web.json_response({"error": "missing or wrong credentials"}, status=401,
-                                 headers={"WWW-Authenticate": 'Bearer realm="runtimekit", Basic realm="runtimekit"'})
     if request.content_length is not None and request.content_length > config.max_body_bytes:
         counters["rejected_413"] += 1
         return _error(413, f"body larger than {config.max_body_bytes} bytes")
@@ -105,10 +68,10 @@ async def post_alerts(request: web.Request) -> web.Response:
         counters["rejected_413"] += 1
         return _error(413, f"body larger than {config.max_body_bytes} bytes")
     try:
-        notification = parse(json.loads(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        notification = parse(load_json(raw, what="body", max_bytes=config.max_body_bytes), config.node_label)
+    except DocumentError as error:  # not UTF-8, not JSON, nested too deep: the rule, never the body
         counters["rejected_400"] += 1
-        return _error(400, f"body: not valid JSON ({type(error).__name__})")
+        return _error(400, str(error))
     except PayloadError as error:
         counters["rejected_400"] += 1
         return _error(400, str(error))
@@ -116,15 +79,28 @@ async def post_alerts(request: web.Request) -> web.Response:
     if unknown:
         log.warning("alerts with %s label %s ask for nothing (not an action name: %s)", config.action_label,
                     ", ".join(sorted(map(repr, unknown))), ", ".join(ACTIONS))
+    if notification.refused:
+        counters["alerts_refused"] += len(notification.refused)
+        log.warning("refused %d alert(s) of group %s, never acted on: %s", len(notification.refused),
+                    notification.group_key, "; ".join(r.error for r in notification.refused[:3]))
     journal = request.app[JOURNAL]
-    received = await asyncio.to_thread(journal.receive, notification.alerts,
-                                       lambda alert: steps_module.plan(config, alert), time.time())
+    try:
+        received = await asyncio.to_thread(journal.receive, notification.alerts,
+                                           lambda alert: steps_module.plan(config, alert), time.time())
+    except sqlite3.Error as error:  # locked by another process past BUSY_SECONDS, or the disk refuses
+        counters["rejected_503"] += 1
+        log.warning("webhook answered 503: the journal %s cannot be written: %s", journal.path, error)
+        return web.json_response({"error": f"the journal cannot be written now ({error}); nothing was recorded, "
+                                           "retry later"}, status=503,
+                                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     counters["alerts_received"] += received.new
     counters["alerts_duplicate"] += received.duplicates
     if notification.truncated_alerts:
         log.warning("Alertmanager truncated %d alerts from group %s", notification.truncated_alerts,
                     notification.group_key)
-    return web.json_response({"new": received.new, "duplicates": received.duplicates, "actions": received.actions})
+    return web.json_response({"new": received.new, "duplicates": received.duplicates, "actions": received.actions,
+                              "refused": [{"fingerprint": r.fingerprint, "error": r.error}
+                                          for r in notification.refused]})
 
 
 async def get_actions(request: web.Request) -> web.Response:
@@ -143,10 +119,15 @@ async def get_metrics(request: web.Request) -> web.Response:
         "# HELP runtimekit_remediation_alerts_duplicate_total Alerts already journaled (same fingerprint, startsAt, status).",
         "# TYPE runtimekit_remediation_alerts_duplicate_total counter",
         f"runtimekit_remediation_alerts_duplicate_total {counters['alerts_duplicate']}",
-        "# HELP runtimekit_remediation_requests_rejected_total Webhook requests refused, by HTTP status.",
+        "# HELP runtimekit_remediation_alerts_refused_total Alerts refused: their node label is not a valid "
+        "Kubernetes node name (never journaled or acted on).",
+        "# TYPE runtimekit_remediation_alerts_refused_total counter",
+        f"runtimekit_remediation_alerts_refused_total {counters['alerts_refused']}",
+        "# HELP runtimekit_remediation_requests_rejected_total Requests refused, by HTTP status "
+        "(503: the journal could not be written).",
         "# TYPE runtimekit_remediation_requests_rejected_total counter",
         *(f'runtimekit_remediation_requests_rejected_total{{code="{c}"}} {counters[f"rejected_{c}"]}'
-          for c in (400, 401, 413)),
+          for c in (400, 401, 413, 503)),
         "# HELP runtimekit_remediation_actions Journaled actions by kind and state (read from the journal).",
         "# TYPE runtimekit_remediation_actions gauge",
         *(f'runtimekit_remediation_actions{{kind="{k}",state="{s}"}} {n}' for (k, s), n in sorted(counts.items())),
@@ -158,7 +139,14 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process serves (a locked journal is not a reason to restart it)."""
     return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 503 while the journal cannot be written, so alerts would not be recorded."""
+    problem = await asyncio.to_thread(request.app[JOURNAL].unwritable)
+    return web.Response(text=f"not ready: {problem}\n", status=503) if problem else web.Response(text="ok\n")
 
 
 class Worker:
@@ -186,8 +174,12 @@ class Worker:
 
     async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, object]:
         siblings = await asyncio.to_thread(self.journal.siblings, action)
+        # A forward step needs the earlier ones done (or described, in a dry run); an undo step
+        # (uncordon, untaint) always runs: it looks at the node, whatever the journal says, and
+        # keeps what the other alerts on the node that still fire need (holds.release).
         earlier = [a for a in siblings if a.id < action.id and a.kind in DISRUPTIVE]
-        if any(a.state in ("failed", "skipped") for a in earlier):
+        if action.kind in DISRUPTIVE and any(
+                a.state == "failed" or (a.state == "skipped" and not (a.result or {}).get("dry_run")) for a in earlier):
             return "skipped", {"reason": "an earlier step of this alert did not complete"}
         if action.kind in DISRUPTIVE:
             now = self.clock()
@@ -196,9 +188,14 @@ class Worker:
                 return "skipped", {"reason": gate}
         if self.config.dry_run:
             return "skipped", steps_module.dry_run_result(self.config, action, labels)
+        if action.attempts >= self.config.max_step_runs:
+            return "failed", {"error": f"started {action.attempts} times without finishing (the service stopped "
+                                       f"while it ran); max_step_runs {self.config.max_step_runs} reached, "
+                                       "not run again"}
         await asyncio.to_thread(self.journal.begin_attempt, action.id, self.clock())
+        needed = await asyncio.to_thread(self.journal.still_needed, action) if action.kind in UNDOES else []
         try:
-            return "done", await self.steps.run(action, labels, siblings)
+            return "done", await self.steps.run(action, labels, needed)
         except steps_module.StepFailed as error:
             return "failed", {**error.result, "error": str(error)}
         except Exception as error:  # the Kubernetes API refused, say; journaled, never retried blindly
@@ -221,9 +218,19 @@ class Worker:
         return None if verdict.allowed else verdict.reason
 
     async def loop(self) -> None:
+        """Run cycles for ever; a journal that cannot be written is logged when it starts and ends."""
+        journal_error = ""
         while True:
             try:
                 await self.run_once()
+                if journal_error:
+                    log.info("the journal can be written again")
+                journal_error = ""
+            except sqlite3.Error as error:
+                if not journal_error:
+                    log.warning("the journal cannot be written (%s); retrying every %g s", error,
+                                self.config.worker_interval_seconds)
+                journal_error = str(error)
             except Exception:
                 log.exception("remediation worker cycle failed")
             await asyncio.sleep(self.config.worker_interval_seconds)
@@ -235,20 +242,23 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     Raises ConfigError (naming the key) for what a person must fix before it can run, and then
     has changed nothing: the journal file is created when the app starts.
     """
-    credentials = read_credentials(config)
-    token = _read_secret("replacement.token_file", config.replacement.token_file)
+    token, basic = read_credentials(config)
+    replacement_token = read_secret("replacement.token_file", config.replacement.token_file)
     try:
         check_path(config.db_path)
+    except JournalLocked:
+        raise  # not a configuration mistake: another process holds it (exit 1)
     except JournalError as error:
         raise ConfigError(f"db_path: {error}") from error
     try:
         node_api = nodes or KubernetesNodeApi(config.kubernetes.kubeconfig, config.kubernetes.context)
     except ClusterAccessError as error:
         raise ConfigError(str(error)) from error
-    app = web.Application(client_max_size=config.max_body_bytes)
+    counters: Counter = Counter()
+    app = web.Application(client_max_size=config.max_body_bytes,
+                          middlewares=[require_credentials(token, basic, counters)])
     app[CONFIG] = config
-    app[COUNTERS] = Counter()
-    app[CREDENTIALS] = credentials
+    app[COUNTERS] = counters
 
     @asynccontextmanager
     async def journal_context(app: web.Application) -> AsyncIterator[None]:
@@ -261,7 +271,7 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     @asynccontextmanager
     async def worker_context(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession() as session:
-            worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, token))
+            worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, replacement_token))
             task = asyncio.create_task(worker.loop(), name="remediation-worker")
             try:
                 yield
@@ -278,4 +288,5 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     app.router.add_get("/api/v1/actions", get_actions)
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app

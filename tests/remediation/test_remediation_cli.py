@@ -61,6 +61,8 @@ def _one_line(capsys, expected: str) -> str:
     ({"replacement.token_file": "{tmp}/no-token"}, "replacement.token_file: cannot read {tmp}/no-token"),
     ({"breaker.max_percent": 150}, "breaker.max_percent: must be between 0 and 100"),
     ({"gpu_label": "gpu_uuid"}, "gpu_label: unknown key"),
+    ({"replacement.body_template": {"node": "{nodename}"}},
+     "runtimekit: error: replacement.body_template: entry node: unknown field {nodename}"),
 ])
 def test_serve_refuses_setup_mistakes_with_one_line_and_exit_2(tmp_path, capsys, changes, expected):
     tmp = str(tmp_path)

@@ -56,10 +56,10 @@ async def test_one_alert_three_times_one_replacement(fakes, tmp_path):
         node = kube.nodes["gpu-1"]["spec"]
         assert node["unschedulable"] is True
         assert node["taints"] == [{"key": "runtimekit.io/gpu-unhealthy", "value": "true", "effect": "NoSchedule"}]
-        actions = await (await client.get("/api/v1/actions")).json()
+        actions = await (await client.get("/api/v1/actions", headers=AUTH)).json()
         assert sorted((a["kind"], a["state"]) for a in actions) == [("cordon", "done"), ("replace", "done"),
                                                                   ("taint", "done")]
-        metrics = await (await client.get("/metrics")).text()
+        metrics = await (await client.get("/metrics", headers=AUTH)).text()
         assert "runtimekit_remediation_alerts_duplicate_total 2" in metrics
     finally:
         await client.close()
@@ -107,9 +107,9 @@ async def test_default_breaker_on_a_4_node_cluster_actions_the_first_node_and_op
                 break
             await asyncio.sleep(0.05)
         assert len(repl.calls) == 1 and not kube.nodes["gpu-2"]["spec"].get("unschedulable")
-        actions = [a for a in await (await client.get("/api/v1/actions")).json() if a["node"] == "gpu-2"]
+        actions = [a for a in await (await client.get("/api/v1/actions", headers=AUTH)).json() if a["node"] == "gpu-2"]
         assert {a["state"] for a in actions} == {"skipped"}
         assert any("2 of 4 nodes" in (a["result"] or {}).get("reason", "") for a in actions)
-        assert "runtimekit_remediation_breaker_open 1" in await (await client.get("/metrics")).text()
+        assert "runtimekit_remediation_breaker_open 1" in await (await client.get("/metrics", headers=AUTH)).text()
     finally:
         await client.close()
