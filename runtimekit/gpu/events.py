@@ -14,7 +14,8 @@ the shared set before rebuilding lost none at 0 ms in the run that finished, but
 window between freeing the old set and registering the new one, and it cannot drain at all under a
 driver that answers GPU_IS_LOST on every wait of that set. One set per GPU lost 0 of 50 at both
 offsets by construction: no healthy GPU's set is ever freed. The cost is one thread per GPU, each
-blocked in the driver (8 on a DGX).
+blocked in the driver (8 on a DGX), each waking once per ``wait_ms`` (1 s: an event still comes
+at once; the timeout only bounds how long a stop waits, and how often nine threads wake up).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class XidWatcher:
         session: NvmlSession,
         on_xid: Callable[[XidEvent], None],
         *,
-        wait_ms: int = 250,
+        wait_ms: int = 1000,
         rebuild_seconds: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
