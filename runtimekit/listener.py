@@ -40,6 +40,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import StreamReader
 
 from runtimekit.config import ListenerConfig
+from runtimekit.log_summary import EventSummary
 from runtimekit.schema import shown
 
 log = logging.getLogger(__name__)
@@ -72,36 +73,6 @@ def effective_max_connections(configured: int, descriptor_limit: int | None) -> 
     if descriptor_limit is None:
         return configured
     return max(1, min(configured, descriptor_limit - RESERVED_DESCRIPTORS))
-
-
-class EventSummary:
-    """Events logged once per kind, then counted: a client sending garbage in a loop costs one line
-    per kind and summary, not one per request. Time is the caller's: it calls ``flush`` every
-    summary interval while ``note`` or ``flush`` says that counts are pending."""
-
-    def __init__(self, what: str, level: int, interval_seconds: float) -> None:
-        self._what, self._level, self._interval = what, level, interval_seconds
-        self._counts: dict[str, int] = {}  # kinds seen since the last quiet interval -> events not logged
-
-    def note(self, kind: str, detail: str) -> bool:
-        """Record one event; True when it is the first of its kind (logged now, a flush is due)."""
-        if kind in self._counts:
-            self._counts[kind] += 1
-            return False
-        self._counts[kind] = 0
-        log.log(self._level, "%s: %s: %s (more of this kind are counted, summarised every %.0f s)",
-                self._what, kind, detail, self._interval)
-        return True
-
-    def flush(self) -> bool:
-        """Log one line of the events counted since the last flush and forget the kinds that had
-        none (their next event is logged in full again); True while kinds are still counted."""
-        counted = {kind: n for kind, n in self._counts.items() if n}
-        if counted:
-            listed = ", ".join(f"{kind}: {n}" for kind, n in sorted(counted.items()))
-            log.log(self._level, "%s in the last %.0f s: %s", self._what, self._interval, listed)
-        self._counts = dict.fromkeys(counted, 0)
-        return bool(counted)
 
 
 class GuardedHandler(web.RequestHandler):
@@ -196,8 +167,8 @@ class Listener:
         self._retry: asyncio.TimerHandle | None = None
         self._flush: asyncio.TimerHandle | None = None
         level = logging.getLevelName(policy.client_error_log_level.upper())
-        self._client_errors = EventSummary("client errors", level, SUMMARY_SECONDS)
-        self._at_cap = EventSummary("connection cap", logging.WARNING, SUMMARY_SECONDS)
+        self._client_errors = EventSummary(log, "client errors", level, SUMMARY_SECONDS)
+        self._at_cap = EventSummary(log, "connection cap", logging.WARNING, SUMMARY_SECONDS)
         if self.max_connections < policy.max_connections:
             log.warning("max_connections %d is more than RLIMIT_NOFILE %s leaves to connections "
                         "(%d descriptors are kept for the process's own files): using %d",

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from runtimekit.config import ListenerConfig
-from runtimekit.listener import EventSummary, effective_max_connections, listening
+from runtimekit.listener import effective_max_connections, listening
+from runtimekit.log_summary import EventSummary
 
 HEADER, BODY, KEEPALIVE = 0.5, 0.5, 1.0  # seconds: the policy under test
 SLACK = 2.0  # seconds past a deadline by which the connection must be closed (a loaded CI machine)
@@ -229,7 +230,7 @@ async def test_malformed_requests_are_logged_once_per_kind_at_the_chosen_level(s
 
 def test_a_summary_counts_what_was_not_logged_and_forgets_quiet_kinds(caplog):
     caplog.set_level(logging.INFO)
-    summary = EventSummary("client errors", logging.INFO, 60)
+    summary = EventSummary(logging.getLogger("runtimekit.listener"), "client errors", logging.INFO, 60)
     assert summary.note("BadStatusLine", "x") and not summary.note("BadStatusLine", "x")
     assert not summary.note("BadStatusLine", "x") and summary.note("LineTooLong", "y")
     assert len(caplog.records) == 2
