@@ -13,9 +13,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["EventHub", "Event", "LOST"]
+__all__ = ["EventHub", "Event", "LOST", "NO_INSTANCE"]
 
 LOST = -1  # event type of the "GPU lost" marker
+NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of an event of the whole GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,8 @@ class Event:
     gpu: int
     type: int  # nvmlEventType* bit, or LOST
     data: int  # XID code for nvmlEventTypeXidCriticalError
+    gpu_instance: int = NO_INSTANCE  # MIG GPU instance id the event comes from (nvmlEventData_t.gpuInstanceId)
+    compute_instance: int = NO_INSTANCE  # MIG compute instance id (nvmlEventData_t.computeInstanceId)
 
 
 @dataclass
@@ -67,14 +70,18 @@ class EventHub:
             s.masks[gpu] = s.masks.get(gpu, 0) | mask
             return True
 
-    def deliver(self, gpu: int, etype: int, data: int = 0) -> int:
-        """Queue an event on every set registered for ``etype`` on ``gpu``; returns how many."""
+    def deliver(self, gpu: int, etype: int, data: int = 0, *, gpu_instance: int = NO_INSTANCE,
+                compute_instance: int = NO_INSTANCE) -> int:
+        """Queue an event on every set registered for ``etype`` on ``gpu``; returns how many.
+
+        ``gpu_instance``/``compute_instance``: the MIG instance ids of an event raised inside one.
+        """
         with self._cond:
             n = 0
             for s in self._sets.values():
                 mask = s.masks.get(gpu)
                 if mask is not None and (etype == LOST or mask & etype):
-                    s.queue.append(Event(gpu, etype, data))
+                    s.queue.append(Event(gpu, etype, data, gpu_instance, compute_instance))
                     n += 1
             if n:
                 self._cond.notify_all()

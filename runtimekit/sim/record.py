@@ -11,6 +11,11 @@ free top-level key that ``parse_scenario`` ignores), with the reason: PCIe switc
 NIC serves which GPU, NIC rates, the bus id of an NVLink far end NVML does not give, idle power
 and clocks when no GPU of the model was idle while recording. The result is validated with
 ``parse_scenario`` before it is returned.
+
+A GPU in MIG mode is recorded with its GPU instances (profile name, placement) and their compute
+instances (``mig:`` in its entry), read through the same session with pynvml's MIG wrappers
+(``record_mig``); a driver or part without the MIG API, or a geometry the simulator has no table
+for, leaves the entry out and says so under ``x-recorded``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_availabl
 from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, normalise_bus_id, numa_nodes, parse_cpulist, rdma_nics
 from runtimekit.state.refs import PciAddress
 
+from .record_mig import read_mig
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
 __all__ = ["record_scenario", "PLACEHOLDER_SWITCH", "UNKNOWN_SWITCH"]
@@ -282,7 +288,8 @@ def _nvlinks(topo: GpuTopology, switches: list[str], notes: _Notes) -> list[int]
     return out
 
 
-def _sample(session: NvmlSession) -> tuple[NodeSnapshot, list[GpuTopology]]:
+def _sample(session: NvmlSession, notes: _Notes) -> tuple[NodeSnapshot, list[GpuTopology], list[dict[str, Any] | None]]:
+    """The node's snapshot, each GPU's topology and its MIG entry, read in one NVML session."""
     reader = NodeReader(session)
     try:
         snapshot = reader.sample()
@@ -300,7 +307,8 @@ def _sample(session: NvmlSession) -> tuple[NodeSnapshot, list[GpuTopology]]:
             if not is_available(topo):
                 raise RuntimeError(f"cannot record: GPU {gpu.index} has no NVML handle ({topo.detail or topo.reason})")
             topos.append(topo)
-        return snapshot, topos
+        migs = [read_mig(session, gpu, notes.placeholder, notes.estimate) for gpu in snapshot.gpus]
+        return snapshot, topos, migs
     finally:
         reader.close()
 
@@ -315,9 +323,9 @@ def _cuda_version(text: Reading[str]) -> int:
 
 def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT) -> str:
     """The scenario YAML of this node (RuntimeError with the reason when NVML is not usable)."""
-    snapshot, topos = _sample(NvmlSession())
-    root = Path(sys_root)
     notes = _Notes()
+    snapshot, topos, migs = _sample(NvmlSession(), notes)
+    root = Path(sys_root)
     driver = snapshot.driver
     assert driver is not None  # nvml_up implies the driver was read
     driver_version = _or(driver.driver_version, "unknown")
@@ -326,7 +334,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
     members: dict[str, list[GpuSnapshot]] = {}
     switches: list[str] = []
     gpus = []
-    for gpu, topo in zip(snapshot.gpus, topos, strict=True):
+    for gpu, topo, mig in zip(snapshot.gpus, topos, migs, strict=True):
         key = _slug(_or(gpu.identity.name, "gpu"))
         if key not in models:
             models[key] = _model(gpu, topo, key, notes)
@@ -353,6 +361,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
             pcie_switch=PLACEHOLDER_SWITCH,
             nics=[],
             nvlinks=nvlinks,
+            **({"mig": mig} if mig is not None else {}),
         ))
     for key, model in models.items():
         _idle_facts(model, key, members[key], notes)

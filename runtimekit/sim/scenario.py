@@ -3,7 +3,8 @@
 A scenario is YAML (built-ins live in ``runtimekit/sim/scenarios/``): driver versions, a
 ``models:`` section with the facts of each GPU model written once, the node's NUMA layout,
 NVSwitches, NICs and one entry per GPU (identity, PCI bus id, NUMA node, CPU affinity, PCIe switch,
-NICs, and for each NVLink the index of the NVSwitch at its far end). Top-level keys starting with
+NICs, for each NVLink the index of the NVSwitch at its far end, and optionally its MIG state:
+``scenario_mig``). Top-level keys starting with
 ``x-`` are free (YAML anchors live there). Loading validates everything: an unknown key, a wrong
 type or a broken cross-reference raises ``ScenarioError`` naming the key path and the rule. The
 spec types (``Scenario``, ``GpuSpec``, ``GpuModel``, ...) live in ``scenario_types``, re-exported here.
@@ -31,6 +32,7 @@ from .pods import (
     container_id_for,
     pod_uid_for,
 )
+from .scenario_mig import parse_mig
 from .scenario_types import (
     ARCHITECTURES,
     LOAD_PROFILES,
@@ -105,6 +107,10 @@ _GPU = {
     "pcie_switch": str,
     "nics": [str],
     "nvlinks": [int],
+    "mig?": {
+        "enabled": bool,
+        "instances?": [{"profile": str, "placement?": int, "compute_instances?": [str]}],
+    },
 }
 _SCHEMA = {
     "name": str,
@@ -252,6 +258,7 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
                 pcie_switch=g["pcie_switch"],
                 nics=tuple(g["nics"]),
                 nvlinks=tuple(g["nvlinks"]),
+                mig=parse_mig(f"{p}.mig", g.get("mig"), model),
             )
         )
     kubernetes = _kubernetes(data.get("kubernetes"), gpus)

@@ -13,7 +13,7 @@ from typing import Any
 from .pods import KubernetesSpec
 
 __all__ = ["ARCHITECTURES", "LOAD_PROFILES", "ScenarioError", "GpuModel", "NvSwitchSpec", "NicSpec", "NumaNodeSpec",
-           "GpuSpec", "Scenario"]
+           "MigInstanceSpec", "MigSpec", "GpuSpec", "Scenario"]
 
 #: architecture name -> NVML_DEVICE_ARCH_* value (pynvml constants).
 ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
@@ -83,6 +83,25 @@ class NumaNodeSpec:
 
 
 @dataclass(frozen=True)
+class MigInstanceSpec:
+    """A GPU instance the GPU starts with: its profile name (``1g.10gb``), its placement start in
+    memory slices (None: where the driver would put it) and its compute instances' profile names
+    (``3g.40gb`` for the full-size one, ``1c.3g.40gb`` ...)."""
+
+    profile: str
+    placement: int | None
+    compute_instances: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MigSpec:
+    """A GPU's MIG state at start: the mode and, in MIG mode, its GPU instances in creation order."""
+
+    enabled: bool
+    instances: tuple[MigInstanceSpec, ...] = ()
+
+
+@dataclass(frozen=True)
 class GpuSpec:
     """One GPU of the node; ``nvlinks[i]`` is the NVSwitch index at the far end of link i."""
 
@@ -96,6 +115,7 @@ class GpuSpec:
     pcie_switch: str
     nics: tuple[str, ...]
     nvlinks: tuple[int, ...]
+    mig: MigSpec | None = None  # None: MIG disabled (the default of a MIG-capable part)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """`runtimekit sim record` captures a node through the NVML layer; recording the simulated node round-trips."""
 
 import ast
+import copy
 import inspect
 
 import pytest
@@ -9,12 +10,13 @@ import yaml
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.topology import GpuTopology, read_topology
 from runtimekit.gpu.types import Unavailable, is_available
-from runtimekit.sim import SimulatedNode, install, load_scenario, record, uninstall
+from runtimekit.sim import SimulatedNode, install, load_scenario, record, record_mig, uninstall
 from runtimekit.sim.record import UNKNOWN_SWITCH, record_scenario
 from runtimekit.sim.scenario import parse_scenario
+from runtimekit.sim.scenario_types import MigInstanceSpec, MigSpec
 from runtimekit.state.refs import normal_pci
 
-NOT_SUPPORTED, DRIVER_NOT_LOADED = 3, 9
+NOT_SUPPORTED, DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND = 3, 9, 13
 
 
 @pytest.fixture
@@ -170,9 +172,40 @@ def test_nvlink_version_is_nvmls_enum_not_the_generation():
     assert not is_available(topo(99).nvlink_generation)
 
 
-def test_record_does_not_import_pynvml():
+@pytest.mark.parametrize("module", [record, record_mig])
+def test_record_does_not_import_pynvml(module):
     """House rule: only runtimekit/gpu/ imports pynvml."""
-    tree = ast.parse(inspect.getsource(record))
+    tree = ast.parse(inspect.getsource(module))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(m.split(".")[0] == "pynvml" for m in imported)
+
+
+def mig_scenario(tmp_path):
+    """dgx-a100 with GPU 2 in MIG mode: a 4g split in two compute instances and a 1g."""
+    data = copy.deepcopy(load_scenario("dgx-a100").raw)
+    data["gpus"][2]["mig"] = {"enabled": True, "instances": [
+        {"profile": "4g.40gb", "placement": 0, "compute_instances": ["2c.4g.40gb", "2c.4g.40gb"]},
+        {"profile": "1g.10gb"},
+    ]}
+    path = tmp_path / "mig.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_record_keeps_the_mig_mode_and_instances(installed, tmp_path):
+    installed(mig_scenario(tmp_path), load="idle")
+    copy_ = parse_scenario(yaml.safe_load(record_scenario("copy", sys_root=str(tmp_path / "sys"))))
+    assert copy_.gpus[2].mig == MigSpec(True, (
+        MigInstanceSpec("4g.40gb", 0, ("2c.4g.40gb", "2c.4g.40gb")),
+        MigInstanceSpec("1g.10gb", 6, ("1g.10gb",)),  # the driver's choice, written down
+    ))
+    assert [g.index for g in copy_.gpus if g.mig is not None] == [2]
+
+
+def test_a_driver_without_the_mig_instance_api_still_records(installed, tmp_path, monkeypatch):
+    _, lib = installed(mig_scenario(tmp_path), load="idle")
+    monkeypatch.setattr(lib, "nvmlDeviceGetGpuInstanceProfileInfoV", lambda *a: FUNCTION_NOT_FOUND, raising=False)
+    data = yaml.safe_load(record_scenario(sys_root=str(tmp_path / "sys")))
+    assert data["gpus"][2]["mig"] == {"enabled": True, "instances": []}
+    assert any(p.startswith("gpus[2].mig: in MIG mode, but no GPU instance") for p in data["x-recorded"]["placeholders"])

@@ -18,6 +18,7 @@ from typing import Any
 from .. import load as _load
 from ..events import EventHub
 from ..faults import FaultError
+from ..mig_profiles import CiProfile, GiProfile
 from ..pods import SimContainer, SimPod
 from ..scenario import LOAD_PROFILES, GpuSpec, Scenario
 
@@ -63,8 +64,31 @@ class _Rates:
 
 
 @dataclass
+class _ComputeInstance:
+    """A MIG compute instance: its id in its GPU instance, profile, start (compute slices), UUID."""
+
+    id: int
+    profile: CiProfile
+    start: int
+    uuid: str  # "MIG-…" of the MIG device it makes
+
+
+@dataclass
+class _GpuInstance:
+    """A MIG GPU instance: its id, profile, start (memory slices) and compute instances by id."""
+
+    id: int
+    profile: GiProfile
+    start: int
+    cis: dict[int, _ComputeInstance] = field(default_factory=dict)
+
+
+@dataclass
 class _Gpu:
     spec: GpuSpec
+    mig_current: bool = False  # MIG mode in effect
+    mig_pending: bool = False  # MIG mode after the next GPU reset (nvmlDeviceSetMigMode)
+    gis: dict[int, _GpuInstance] = field(default_factory=dict)  # GPU instances by id
     faults: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # key -> active fault dict
     acc: Counters = field(default_factory=Counters)
     acc_tick: int = 0  # ticks before this one are folded into acc
@@ -121,6 +145,7 @@ class NodeCore:
         self._generated_pods: tuple[SimPod, ...] = ()
         self._holders_cache: tuple[int, dict[int, SimContainer]] | None = None
         self._manual: dict[int, tuple[int, str, int, SimContainer | None]] = {}  # pid -> (gpu, name, bytes, owner)
+        self._in_instance: dict[int, tuple[int, int]] = {}  # pid of _manual -> (GPU instance id, compute instance id)
         self._next_pid = _MANUAL_PID_BASE
         self._churn = 0
         self._proc_gen = 0
@@ -180,4 +205,7 @@ class NodeCore:
         raise NotImplementedError
 
     def processes_on(self, gpu: int) -> list[dict]:
+        raise NotImplementedError
+
+    def _mig_instance_check(self, gpu: int, gpu_instance: Any, compute_instance: Any) -> tuple[int, int] | None:
         raise NotImplementedError

@@ -97,6 +97,7 @@ class WorkloadPart(NodeCore):
             ids = {c.container_id for c in pod.containers}
             for pid in [pid for pid, entry in self._manual.items() if entry[3] and entry[3].container_id in ids]:
                 del self._manual[pid]
+                self._in_instance.pop(pid, None)
             self._proc_gen += 1
 
     def set_pod_count(self, count: int) -> None:
@@ -118,6 +119,10 @@ class WorkloadPart(NodeCore):
             self._proc_gen += 1
 
     def _runs_job(self, gpu: int) -> bool:
+        """The load profile's job runs on ``gpu``: held by a running container (any GPU when no
+        pods are declared) and not in MIG mode (its work there is the processes of its instances)."""
+        if self._gpus[gpu].mig_current:
+            return False
         return not self._declares_pods or gpu in self._holders()
 
     def _holders(self) -> dict[int, SimContainer]:
@@ -161,11 +166,14 @@ class WorkloadPart(NodeCore):
         namespace: str | None = None,
         pod: str | None = None,
         container: str | None = None,
+        gpu_instance: int | None = None,
+        compute_instance: int | None = None,
     ) -> int:
         """Start a process holding ``used_memory_bytes`` on ``gpu``; returns its pid.
 
         With ``namespace``, ``pod`` and ``container`` it runs in that container (which must
-        exist), otherwise on the host.
+        exist), otherwise on the host. On a GPU in MIG mode it runs in the MIG device of
+        ``gpu_instance`` and ``compute_instance`` (both required there, refused elsewhere).
         """
         gpu = self._check_gpu(gpu)
         owner = None
@@ -179,6 +187,7 @@ class WorkloadPart(NodeCore):
         if not isinstance(name, str) or not name:
             raise FaultError("name: must be a non-empty string")
         with self._lock:
+            where = self._mig_instance_check(gpu, gpu_instance, compute_instance)
             if pid is None:
                 while self._next_pid in self._manual:
                     self._next_pid += 1
@@ -187,6 +196,9 @@ class WorkloadPart(NodeCore):
             elif isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 32:
                 raise FaultError(f"pid: got {pid!r}; must be an integer in 1..4294967295")
             self._manual[pid] = (gpu, name, used_memory_bytes, owner)
+            self._in_instance.pop(pid, None)
+            if where is not None:
+                self._in_instance[pid] = where
             self._proc_gen += 1
             return pid
 
@@ -196,6 +208,7 @@ class WorkloadPart(NodeCore):
             if pid not in self._manual:
                 raise KeyError(f"pid {pid} is not a simulated process started with add_process")
             del self._manual[pid]
+            self._in_instance.pop(pid, None)
             self._proc_gen += 1
 
     def set_process_count(self, count: int) -> None:
@@ -275,9 +288,17 @@ class WorkloadPart(NodeCore):
         """Hash behind the job's pid in ``cycle``: a reboot starts new processes (new pids)."""
         return _load.mix(self.seed, cycle, self._boots) if self._boots else _load.mix(self.seed, cycle)
 
+    def _end_processes_on(self, gpu: int) -> None:
+        """Every process started on ``gpu`` ends (a GPU reset; lock held)."""
+        for pid in [pid for pid, entry in self._manual.items() if entry[0] == gpu]:
+            del self._manual[pid]
+            self._in_instance.pop(pid, None)
+        self._proc_gen += 1
+
     def _end_processes(self) -> None:
         """Every process ends (a reboot): added ones and background churn (lock held)."""
         self._manual.clear()
+        self._in_instance.clear()
         self._churn = 0
         self._churn_rows, self._churn_rows_gen = {}, -1
         self._proc_gen += 1

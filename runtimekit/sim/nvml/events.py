@@ -7,7 +7,6 @@ from typing import Any
 
 from ._base import (
     _DEV_BASE,
-    _NO_ID,
     GPU_IS_LOST,
     INVALID_ARGUMENT,
     NOT_SUPPORTED,
@@ -77,7 +76,7 @@ class EventsMixin(_LibraryBase):
         if ev.type < 0:
             return GPU_IS_LOST
         data.eventType, data.eventData = ev.type, ev.data
-        data.gpuInstanceId = data.computeInstanceId = _NO_ID
+        data.gpuInstanceId, data.computeInstanceId = ev.gpu_instance, ev.compute_instance
         return SUCCESS
 
     nvmlEventSetWait = nvmlEventSetWait_v2

@@ -1,4 +1,4 @@
-"""Device identity, PCI info, CPU/memory affinity and modes (name, UUID, serial, PCI, NUMA, MIG and compute mode)."""
+"""Device identity, PCI info, CPU/memory affinity and modes (name, UUID, serial, PCI, NUMA, compute mode; MIG: ``mig``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _cpu_mask(cpulist: str, words: int) -> list[int]:
 
 
 class IdentityMixin(_LibraryBase):
-    """Device identity, PCI info, CPU/memory affinity and modes (name, UUID, serial, PCI, NUMA, MIG and compute mode)."""
+    """Device identity, PCI info, CPU/memory affinity and modes (name, UUID, serial, PCI, NUMA, compute mode; MIG: ``mig``)."""
 
     @_device
     def nvmlDeviceGetIndex(self, gpu: int, ref: Any) -> int:
@@ -126,22 +126,4 @@ class IdentityMixin(_LibraryBase):
     @_device
     def nvmlDeviceGetComputeMode(self, gpu: int, ref: Any) -> int:
         _out(ref, self.node.compute_mode(gpu))
-        return SUCCESS
-
-    @_device
-    def nvmlDeviceGetMigMode(self, gpu: int, current: Any, pending: Any) -> int:
-        if not self._model(gpu).mig_capable:
-            return NOT_SUPPORTED
-        _out(current, 0)
-        _out(pending, 0)
-        return SUCCESS
-
-    @_device
-    def nvmlDeviceGetMaxMigDeviceCount(self, gpu: int, ref: Any) -> int:
-        _out(ref, 7 if self._model(gpu).mig_capable else 0)
-        return SUCCESS
-
-    @_device
-    def nvmlDeviceIsMigDeviceHandle(self, gpu: int, ref: Any) -> int:
-        _out(ref, 0)
         return SUCCESS

@@ -8,11 +8,15 @@ from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, _device, _Libr
 
 __all__ = ["ProcessesMixin"]
 
+_WHOLE_GPU = (_NO_ID, _NO_ID)  # (gpuInstanceId, computeInstanceId) of a process not in a MIG instance
+
 
 class ProcessesMixin(_LibraryBase):
     """Running processes (compute, graphics, MPS) and per-process utilisation."""
 
     def _fill_processes(self, gpu: int, count_ref: Any, array: Any, procs: list[dict]) -> int:
+        """Fill nvmlProcessInfo_t rows; a process in a MIG instance carries its GPU and compute
+        instance ids, any other 0xFFFFFFFF (the whole GPU)."""
         count = _obj(count_ref)
         n = len(procs)
         if array is None or count.value < n:
@@ -20,13 +24,15 @@ class ProcessesMixin(_LibraryBase):
             return INSUFFICIENT_SIZE if n else SUCCESS
         put = object.__setattr__  # past pynvml's Python-level str/bytes __setattr__ (hot with many processes)
         has_instances = n and hasattr(array[0], "gpuInstanceId")
+        where = self.node.process_instances() if has_instances else {}
         for i, p in enumerate(procs):
             e = array[i]
             put(e, "pid", p["pid"])
             put(e, "usedGpuMemory", p["used_memory_bytes"])
             if has_instances:
-                put(e, "gpuInstanceId", _NO_ID)
-                put(e, "computeInstanceId", _NO_ID)
+                gi, ci = where.get(p["pid"], _WHOLE_GPU)
+                put(e, "gpuInstanceId", gi)
+                put(e, "computeInstanceId", ci)
         count.value = n
         return SUCCESS
 
