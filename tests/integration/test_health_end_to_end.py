@@ -2,7 +2,8 @@
 
 For each fault, ``GET /api/v1/health`` and ``runtimekit_gpu_health`` change for exactly the affected
 GPU within two sampling cycles (counted in the agent's own ``runtimekit_samples_total``, so the
-assertion holds on a slow machine); after ``--clear`` a fault that clears on clean samples returns
+assertion holds on a slow machine; the observed count may include the next sample, whose verdict
+is still being made); after ``--clear`` a fault that clears on clean samples returns
 the GPU to healthy, and a sticky one (GPU reset / node reboot) keeps it where it is — the simulator
 cannot reset a GPU, and nothing but a reset or reboot may clear those. XID 13 once changes nothing,
 five bursts do. Restarting the agent (same state directory, same seed) keeps an unhealthy GPU
@@ -160,8 +161,24 @@ def test_fault_changes_exactly_its_gpu_within_two_cycles_and_clears_by_its_rule(
     before = wait_until(agent, lambda v: v.state(gpu) == "healthy")
     others = {i: s for i, s in enumerate(before.states()) if i != gpu}
     inject(agent, gpu, fault, **params)
+    try:
+        after = _judged_within_two_cycles(agent, before, gpu, fault, params, expected, fault_name, clears, others)
+    finally:  # a failed case must not leave its fault for the next case on the same GPU
+        clear(agent, gpu, fault)
+    if clears == CLEAN:
+        wait_until(agent, lambda v: v.state(gpu) == "healthy" and not v.faults(gpu))
+    else:  # cleared at the source: still held past clean_samples (3)
+        later = wait_until(agent, lambda v: v.cycles >= after.cycles + 4)
+        assert later.state(gpu) == expected and fault_name in later.faults(gpu)
+
+
+def _judged_within_two_cycles(agent, before, gpu, fault, params, expected, fault_name, clears, others) -> View:
+    """The fault is judged from at most the second sample after the injection (a sample in flight
+    when it lands may miss it). The view is observed, not the verdict's own sample: it may already
+    count the next sample, whose verdict is still being made, so the observed count may be one
+    more — never two more."""
     after = wait_until(agent, lambda v: v.state(gpu) == expected and fault_name in v.faults(gpu))
-    assert after.cycles - before.cycles <= 2, f"took {after.cycles - before.cycles} sampling cycles"
+    assert after.cycles - before.cycles <= 3, f"took {after.cycles - before.cycles} sampling cycles"
     assert {i: s for i, s in enumerate(after.states()) if i != gpu} == others, "another GPU changed"
     active = after.faults(gpu)[fault_name]
     assert active["clears"] in (("gpu_reset", "node_reboot") if clears == STICKY else ("clean_samples",))
@@ -170,13 +187,7 @@ def test_fault_changes_exactly_its_gpu_within_two_cycles_and_clears_by_its_rule(
         latency = xid_to_verdict_seconds(agent.log(), params["xid"], gpu)
         print(f"XID {params['xid']} on GPU {gpu}: verdict {latency * 1000:.0f} ms after the event")
         assert latency < 1.0  # the budget is 100 ms; the log has millisecond stamps, CI machines vary
-
-    clear(agent, gpu, fault)
-    if clears == CLEAN:
-        wait_until(agent, lambda v: v.state(gpu) == "healthy" and not v.faults(gpu))
-    else:
-        later = wait_until(agent, lambda v: v.cycles >= after.cycles + 4)  # past clean_samples (3)
-        assert later.state(gpu) == expected and fault_name in later.faults(gpu)
+    return after
 
 
 def test_transitions_and_fault_events_are_counted(agent):
