@@ -69,10 +69,7 @@ async def post_alerts(request: web.Request) -> web.Response:
         return _error(413, f"body larger than {config.max_body_bytes} bytes")
     try:
         notification = parse(load_json(raw, what="body", max_bytes=config.max_body_bytes), config.node_label)
-    except DocumentError as error:  # not UTF-8, not JSON, nested too deep: the rule, never the body
-        counters["rejected_400"] += 1
-        return _error(400, str(error))
-    except PayloadError as error:
+    except (DocumentError, PayloadError) as error:  # the rule broken, never the body
         counters["rejected_400"] += 1
         return _error(400, str(error))
     unknown = {a.labels.get(config.action_label, "") for a in notification.alerts} - set(ACTIONS)

@@ -189,8 +189,8 @@ def pick_gi_start(existing: Iterable[tuple[GiProfile, int]], profile: GiProfile)
     return next((s for s in reversed(profile.starts) if gi_conflict(existing, profile, s) is None), None)
 
 
-def ci_conflict(gi: GiProfile, existing: Iterable[tuple[CiProfile, int]], profile: CiProfile, start: int) -> tuple[str, str] | None:
-    """As ``gi_conflict`` for a compute instance inside a GI of profile ``gi`` (compute slices)."""
+def ci_conflict(existing: Iterable[tuple[CiProfile, int]], profile: CiProfile, start: int) -> tuple[str, str] | None:
+    """As ``gi_conflict`` for a compute instance inside a GI (compute slices)."""
     existing = list(existing)
     if start not in profile.starts:
         return "invalid", f"placement start {start} is not one of {profile.name}'s starts {list(profile.starts)}"
@@ -200,7 +200,7 @@ def ci_conflict(gi: GiProfile, existing: Iterable[tuple[CiProfile, int]], profil
     return None
 
 
-def pick_ci_start(gi: GiProfile, existing: Iterable[tuple[CiProfile, int]], profile: CiProfile) -> int | None:
+def pick_ci_start(existing: Iterable[tuple[CiProfile, int]], profile: CiProfile) -> int | None:
     """The lowest free start for a compute instance (None when nothing fits)."""
     existing = list(existing)
-    return next((s for s in profile.starts if ci_conflict(gi, existing, profile, s) is None), None)
+    return next((s for s in profile.starts if ci_conflict(existing, profile, s) is None), None)

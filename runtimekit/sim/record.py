@@ -14,8 +14,8 @@ and clocks when no GPU of the model was idle while recording. The result is vali
 
 A GPU in MIG mode is recorded with its GPU instances (profile name, placement) and their compute
 instances (``mig:`` in its entry), read through the same session with pynvml's MIG wrappers
-(``record_mig``); a driver or part without the MIG API, or a geometry the simulator has no table
-for, leaves the entry out and says so under ``x-recorded``.
+(``record_mig``); a driver without the MIG instance API, or a geometry the simulator has no table
+for, leaves its instances out and says so under ``x-recorded``.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def _compute_instances(session: NvmlSession, gi: ctypes.c_void_p) -> list[str]:
 def read_mig(session: NvmlSession, gpu: GpuSnapshot, placeholder: Callable[[str], None],
              estimate: Callable[[str], None]) -> dict[str, Any] | None:
     """``{enabled: true, instances: [{profile, placement, compute_instances}]}`` for a GPU in MIG
-    mode, by GPU instance id; None when MIG is off or unreadable (``placeholder`` says why)."""
+    mode, by GPU instance id (none listed when no GPU instance can be read; ``placeholder`` says
+    so); None when MIG is off or its mode cannot be read."""
     modes = gpu.modes
     if modes is None or not is_available(modes.mig_mode_current) or not modes.mig_mode_current:
         return None

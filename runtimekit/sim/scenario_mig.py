@@ -54,7 +54,7 @@ def parse_mig(path: str, m: dict[str, Any] | None, model: GpuModel) -> MigSpec |
             if ci is None:
                 raise ScenarioError(f"{ipath}.compute_instances[{j}]: {name!r} is not a compute instance profile of "
                                     f"{profile.name} ({', '.join(by_name)})")
-            at = pick_ci_start(profile, cis, ci)
+            at = pick_ci_start(cis, ci)
             if at is None:
                 raise ScenarioError(f"{ipath}.compute_instances[{j}]: no room left for {name} in {profile.name}")
             cis.append((ci, at))

@@ -159,10 +159,10 @@ class MigPart(NodeCore):
                 raise MigError("invalid_argument", f"profile: {profile_id} is not a compute instance profile of {gi.profile.name}")
             taken = [(ci.profile, ci.start) for ci in gi.cis.values()]
             if start is None:
-                start = pick_ci_start(gi.profile, taken, profile)
+                start = pick_ci_start(taken, profile)
                 if start is None:
                     raise MigError("insufficient_resources", f"profile: no free placement for {profile.name} in GPU instance {gi_id}")
-            conflict = ci_conflict(gi.profile, taken, profile, start)
+            conflict = ci_conflict(taken, profile, start)
             if conflict is not None:
                 kind, why = conflict
                 raise MigError("invalid_argument" if kind == "invalid" else "insufficient_resources", f"placement: {why}")

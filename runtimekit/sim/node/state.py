@@ -101,7 +101,7 @@ class _Gpu:
     remap_failure: bool = False
     cache_key: tuple = ()
     cache: tuple[_load.Sample, _Rates] | None = None
-    reading_key: tuple = ()  # (time to READING_RESOLUTION_S, fault generation, process generation)
+    reading_key: tuple = ()  # (time to READING_DECIMALS, fault generation, process generation)
     reading: tuple[_load.Sample, Counters] | None = None
 
 
