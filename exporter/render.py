@@ -61,11 +61,13 @@ def _label_text(pairs: _LabelKey) -> str:
 
 
 class Renderer:
-    """Renders families in one format, reusing the label text of series seen in the last render.
+    """Renders families in one format, reusing the lines and label text of series seen in the last render.
 
     Two renders may run at once (the plain and gzip variants of one view, or two views): each builds
-    its own new caches from the last ones and swaps them in whole, so neither sees a half-built one;
-    the one that finishes last decides what the next render reuses.
+    its own new label-text and line caches from the last ones and swaps them in whole, so neither
+    sees a half-built one, and the one that finishes last decides what the next render reuses. The
+    label text of Family rows (``_prefixes``) is one memo shared by both, only added to and pruned
+    by replacing a family's entry whole.
     """
 
     def __init__(self, fmt: str) -> None:

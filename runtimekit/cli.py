@@ -180,7 +180,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except OSError as error:  # the simulated node's files: state_dir not writable, say
+    except OSError as error:  # the simulated node's own files (its /dev/shm tree, its boot id)
         print(f"runtimekit: error: cannot set up the simulated node: {error.strerror or error}: "
               f"{error.filename or ''} (state_dir: {args.state_dir or 'the configured one'})", file=sys.stderr)
         return EXIT_USAGE

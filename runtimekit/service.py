@@ -22,7 +22,7 @@ from runtimekit.config import Config
 from runtimekit.exporter import ExpositionCache, add_exporter_routes, build_collector_set
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.healthcheck.api import add_health_routes
-from runtimekit.listener import SHUTDOWN_SECONDS, serve_app
+from runtimekit.listener import serve_app
 from runtimekit.state import NodeState
 from runtimekit.supervisor import ComponentSpec, Supervisor
 
@@ -131,9 +131,9 @@ async def serve(
     *,
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
-    """Run the agent until SIGTERM or SIGINT; stop cleanly within SHUTDOWN_SECONDS. The listener
+    """Run the agent until SIGTERM or SIGINT; stop cleanly within the listener's SHUTDOWN_SECONDS. The listener
     (``runtimekit.listener``) applies ``config.listener``: read deadlines, a connection cap, one line
     when out of descriptors, client errors counted."""
     app = build_app(config, registrations)
     await serve_app(app, config.listen_host, config.listen_port, config.listener,
-                    on_listening=on_listening, shutdown_seconds=SHUTDOWN_SECONDS)
+                    on_listening=on_listening)

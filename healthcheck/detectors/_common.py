@@ -45,10 +45,6 @@ def gib(n: float) -> str:
     return f"{n / 1024**3:.1f} GiB"
 
 
-def mib(n: float) -> str:
-    return f"{n / 1024**2:.0f} MiB"
-
-
 def finding(gpu: GpuSnapshot, fault: str, evidence: str, gpu_instance_id: int | None = None) -> Finding:
     """A finding of ``fault`` on ``gpu``, with the fault policy's severity, action, class and clearing.
 
@@ -154,11 +150,3 @@ def is_new_sample(state: Any, snapshot: NodeSnapshot) -> bool:
     (``data.snapshot is data.previous``); consecutive-sample counts must not advance then."""
     last = (state or {}).get("at")
     return last is None or snapshot.sampled_at > last
-
-
-def bump(counts: Any, key: str, condition: bool, new_sample: bool = True) -> int:
-    """The consecutive-sample count for ``key``: +1 when ``condition`` on a new sample, unchanged on
-    a repeated one, 0 when the condition is false."""
-    if not condition:
-        return 0
-    return int(counts.get(key, 0)) + (1 if new_sample else 0)

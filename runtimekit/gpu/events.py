@@ -96,7 +96,8 @@ class XidWatcher:
 
     @property
     def liveness_seconds(self) -> float:
-        """How long the thread may go without a heartbeat: its longest wait, with margin."""
+        """How long a thread may go without a heartbeat: the longer of a wait in the driver and the
+        rebuild cadence (between two looks at lost GPUs), with margin."""
         return max(self.rebuild_seconds, self.wait_ms / 1000) + 10.0
 
     def stop(self, timeout: float = 2.0) -> None:

@@ -154,18 +154,18 @@ class NodeReader:
             handle = self.session.call("nvmlDeviceGetHandleByIndex", index)
             if not is_available(handle):
                 return handle
-            device = Device(index, handle, self._read_identity(index, handle), self._read_limits(handle), now)
+            device = Device(index, handle, self._read_identity(handle), self._read_limits(handle), now)
             self._devices[index] = device
             log.info("GPU %d discovered: %s %s", index, device.identity.name, device.identity.uuid)
         else:
             if not _complete(device.identity):
-                device.identity = self._read_identity(index, device.handle)
+                device.identity = self._read_identity(device.handle)
             if not _complete(device.limits) or now - device.limits_read_at >= self.limits_refresh_seconds:
                 device.limits = self._read_limits(device.handle)
                 device.limits_read_at = now
         return device
 
-    def _read_identity(self, index: int, handle: Any) -> GpuIdentity:
+    def _read_identity(self, handle: Any) -> GpuIdentity:
         call = self.session.call
         uuid = call("nvmlDeviceGetUUID", handle)
         pci = call("nvmlDeviceGetPciInfo", handle)

@@ -48,7 +48,7 @@ class GpuIdentity:
 
     uuid: Reading[str]  # "GPU-…"; Unavailable when the driver could not say (no placeholder is made up)
     name: Reading[str]
-    pci_bus_id: Reading[str]  # domain:bus:device.function, as nvidia-smi prints it
+    pci_bus_id: Reading[str]  # domain:bus:device.function, the one spelling of runtimekit.state.refs (0000:05:00.0)
     serial: Reading[str]
     vbios_version: Reading[str]
     board_part_number: Reading[str]
