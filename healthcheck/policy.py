@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.config import ConfigError, Key, validate
-from runtimekit.documents import DocumentError, load_yaml, read_bounded
+from runtimekit.documents import DocumentError, load_yaml_file
 from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
@@ -272,7 +272,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
     path = Path(path) if path is not None else DEFAULT_PATH
     what = f"fault policy {path}"
     try:
-        data = load_yaml(read_bounded(path, what=what), what=what)
+        data = load_yaml_file(path, what=what)
     except OSError as error:
         raise PolicyError(f"cannot read fault policy {path}: {error.strerror}") from error
     except DocumentError as error:

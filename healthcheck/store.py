@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runtimekit.documents import load_json, read_bounded
+from runtimekit.documents import load_json_file
 from runtimekit.healthcheck.detectors import DURABLE
 from runtimekit.healthcheck.machine import MachineInput, MachineState, step
 from runtimekit.healthcheck.statefile import (
@@ -161,8 +161,7 @@ class HealthStore:
         docstring) when the file, or a GPU entry in it, cannot be read."""
         boot_id = self._boot_id = self.read_boot_id()
         try:
-            data = read_bounded(self.path, what=str(self.path), max_bytes=MAX_STATE_BYTES)
-            doc = load_json(data, what=str(self.path), max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH)
+            doc = load_json_file(self.path, what=str(self.path), max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH)
             state, expected, saved_boot_id, bad_gpus = decode(doc)
             detectors = doc.get("detectors") or {}
             if not isinstance(detectors, dict):

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from runtimekit.documents import DocumentError, load_yaml, read_bounded
+from runtimekit.documents import DocumentError, load_yaml_file
 from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate
 
 DEFAULT_PATH = Path(__file__).with_name("thresholds.yaml")
@@ -193,7 +193,7 @@ def _read(path: Path) -> Any:
     """The YAML at ``path``, within the bounds of ``runtimekit.documents`` (ThresholdError naming
     the rule; the callers name the file)."""
     try:
-        return load_yaml(read_bounded(path, what=str(path)), what=str(path))
+        return load_yaml_file(path, what=str(path))
     except OSError as error:
         raise ThresholdError(f"cannot read thresholds {path}: {error.strerror}") from error
     except DocumentError as error:

@@ -125,6 +125,20 @@ def load_json(
 
 # -- the bounds -----------------------------------------------------------------------------------
 
+def load_yaml_file(path: str | Path, *, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """The YAML file at ``path`` within the bounds (``read_bounded`` then ``load_yaml``, one size
+    bound for both); DocumentError as those, OSError (unreadable) left to the caller."""
+    return load_yaml(read_bounded(path, what=what, max_bytes=max_bytes), what=what, max_bytes=max_bytes)
+
+
+def load_json_file(
+    path: str | Path, *, what: str, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Any:
+    """The JSON file at ``path`` within the bounds, as ``load_yaml_file`` for YAML."""
+    data = read_bounded(path, what=what, max_bytes=max_bytes)
+    return load_json(data, what=what, max_bytes=max_bytes, max_depth=max_depth)
+
+
 def _check_size(data: str | bytes, what: str, max_bytes: int) -> None:
     if len(data) > max_bytes:
         raise DocumentError(what, f"larger than {max_bytes} bytes")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .documents import DocumentError, load_yaml, read_bounded
+from .documents import DocumentError, load_yaml_file
 
 Check = Callable[[Any], "str | None"]  # returns an error text, or None when the value is valid
 
@@ -228,7 +228,7 @@ def read_mapping(path: str | Path, what: str = "--config") -> dict[str, Any]:
     """The YAML file at ``path`` as a mapping (ConfigError when unreadable, not YAML, beyond the
     bounds of ``runtimekit.documents`` or not a mapping)."""
     try:
-        data = load_yaml(read_bounded(path, what=str(path)), what=str(path)) or {}
+        data = load_yaml_file(path, what=str(path)) or {}
     except OSError as error:
         raise ConfigError(f"{what}: cannot read {path}: {error.strerror}") from error
     except DocumentError as error:

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from runtimekit.documents import DocumentError, load_yaml, read_bounded
+from runtimekit.documents import DocumentError, load_yaml, load_yaml_file
 from runtimekit.schema import check_shape
 
 from .pods import (
@@ -348,7 +348,7 @@ def load_scenario(name_or_path: str) -> Scenario:
                     f"(built-ins: {', '.join(list_scenarios())})"
                 )
             source = str(path)
-            data = load_yaml(read_bounded(path, what=source), what=source)
+            data = load_yaml_file(path, what=source)
     except OSError as exc:
         raise ScenarioError(f"scenario {name_or_path!r}: cannot read: {exc.strerror}") from exc
     except DocumentError as exc:
