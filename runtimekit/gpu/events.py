@@ -20,7 +20,6 @@ at once; the timeout only bounds how long a stop waits, and how often nine threa
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
@@ -38,16 +37,13 @@ log = logging.getLogger(__name__)
 NO_ID = 0xFFFFFFFF
 
 
-def _address(handle: Any) -> int | None:
-    return ctypes.cast(handle, ctypes.c_void_p).value
-
-
 @dataclass(frozen=True, slots=True)
 class _Waiter:
-    """One GPU's waiting thread and the flag that ends it."""
+    """One GPU's waiting thread, the flag that ends it, and the GPU (index, uuid) it watches."""
 
     thread: threading.Thread
     done: threading.Event
+    gpu: tuple[int, str]
 
 
 class XidWatcher:
@@ -71,12 +67,16 @@ class XidWatcher:
         self._thread: threading.Thread | None = None
         self._crashed: BaseException | None = None
         self.heartbeat_at = time.monotonic()  # the thread's last sign of life (monotonic seconds)
-        self.registered: dict[int | None, tuple[int, str]] = {}  # handle address (None: NULL) -> (gpu index, uuid)
         self._waiters: dict[int, _Waiter] = {}  # GPU index -> its waiting thread (main thread only)
         self._beats: dict[int, float] = {}  # GPU index -> its thread's last sign of life (monotonic s)
         self._unsupported: set[int] = set()  # GPUs without XID events at the last build
         self._built_count = 0  # nvmlDeviceGetCount at the last build
         self._built_at: float | None = None  # monotonic seconds of the last build (None: not yet)
+
+    @property
+    def registered(self) -> dict[int, tuple[int, str]]:
+        """GPU index -> (index, uuid) of every GPU whose XID events are watched now."""
+        return {index: waiter.gpu for index, waiter in self._waiters.copy().items()}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runtimekit-xid-events", daemon=True)
@@ -138,8 +138,6 @@ class XidWatcher:
         ended = [index for index, waiter in self._waiters.items() if not waiter.thread.is_alive()]
         for index in ended:
             del self._waiters[index]
-        if ended:
-            self.registered = {address: gpu for address, gpu in self.registered.items() if gpu[0] not in ended}
 
     def _should_rebuild(self) -> bool:
         """Build at start; then, on a slow cadence, while a GPU is unwatched because of an error (lost:
@@ -189,9 +187,8 @@ class XidWatcher:
             gpu = (index, uuid.decode() if isinstance(uuid, bytes) else uuid)
             done = threading.Event()
             waiter = _Waiter(threading.Thread(target=self._wait_gpu, args=(gpu, event_set, done),
-                                              name=f"runtimekit-xid-events-{index}", daemon=True), done)
+                                              name=f"runtimekit-xid-events-{index}", daemon=True), done, gpu)
             self._waiters[index] = waiter
-            self.registered = {**self.registered, _address(handle): gpu}
             waiter.thread.start()
 
     def _wait_gpu(self, gpu: tuple[int, str], event_set: Any, done: threading.Event) -> None:
