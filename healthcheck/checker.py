@@ -237,16 +237,8 @@ class HealthChecker:
         if self._store is None or time.monotonic() - self._boot_id_checked_at < self._boot_id_check_seconds:
             return
         self._boot_id_checked_at = time.monotonic()
-        future = asyncio.get_running_loop().run_in_executor(self._io, self._store.check_boot_id)
-        done, _ = await asyncio.wait((future,), timeout=self._timeout)
-        if not done:
-            future.add_done_callback(_consume)
-            log.warning("reading the boot id took more than %g s; trying again later", self._timeout)
-            return
-        if future.exception() is not None:  # check_boot_id handles OSError itself; anything else is a bug
-            log.error("reading the boot id failed", exc_info=future.exception())
-            return
-        if future.result():
+        # check_boot_id handles OSError itself; anything else is a bug, logged by _in_io
+        if await self._in_io("reading the boot id", "trying again later", logging.WARNING, self._store.check_boot_id):
             self._boot_id_changed = True
 
     async def _detect(self, data: DetectorInput) -> tuple[_Outcome | None, str]:
@@ -290,14 +282,23 @@ class HealthChecker:
     async def _persist(self) -> None:
         if self._store is None:
             return
-        future = asyncio.get_running_loop().run_in_executor(
-            self._io, self._store.save, self._machine, self._expected_seen, self._detector_states)
+        # save() handles OSError itself; anything else is a bug, logged by _in_io
+        await self._in_io("writing the health state", "publishing anyway", logging.ERROR,
+                          self._store.save, self._machine, self._expected_seen, self._detector_states)
+
+    async def _in_io(self, what: str, then: str, late_level: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the store's I/O thread, waited for at most ``timeout``: its result, or
+        None when it took longer (logged at ``late_level``, saying ``then``) or raised (logged)."""
+        future = asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
         done, _ = await asyncio.wait((future,), timeout=self._timeout)
         if not done:
             future.add_done_callback(_consume)
-            log.error("writing the health state took more than %g s; publishing anyway", self._timeout)
-        elif future.exception() is not None:  # save() handles OSError itself; anything else is a bug
-            log.error("writing the health state failed", exc_info=future.exception())
+            log.log(late_level, "%s took more than %g s; %s", what, self._timeout, then)
+            return None
+        if future.exception() is not None:
+            log.error("%s failed", what, exc_info=future.exception())
+            return None
+        return future.result()
 
 
 def _consume(future: asyncio.Future) -> None:

@@ -1,7 +1,7 @@
 """The fault policy (``policy.yaml``): one table for every detector fault and every XID.
 
 The policy lives in the YAML, one commented entry per fault and per code; this module validates
-it with the configuration module's schema mechanism (``runtimekit.config.Key`` / ``validate``: the
+it with the project's schema mechanism (``runtimekit.schema.Key`` / ``validate``: the
 keys of an entry are declared once, below) plus the cross-entry rules, and answers lookups.
 Every error names the entry and the field (``faults.ecc_contained.severity: must be one of info,
 warning, critical, got 'fatal'``), so a bad edit fails at start-up, not at the first fault.

@@ -209,7 +209,7 @@ def parse_thresholds(data: Any, *, complete: bool = False) -> dict[str, dict[str
 def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The packaged defaults, overridden by the operator's file at ``path`` when given."""
     if path is None:
-        return {section: dict(keys) for section, keys in defaults().items()}
+        return defaults()
     path = Path(path)
     try:
         return parse_thresholds(_read(path))

@@ -123,12 +123,21 @@ def is_locked(error: sqlite3.Error) -> bool:
     return getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _check_writable(conn: sqlite3.Connection, path: str | Path) -> None:
-    """Take the write lock and give it back (changes nothing); JournalLocked if another holds it."""
+def _write_lock_refused(conn: sqlite3.Connection) -> sqlite3.Error | None:
+    """Take the write lock and give it back (changes nothing): the error when it cannot be taken."""
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
     except sqlite3.Error as error:
+        return error
+    return None
+
+
+def _check_writable(conn: sqlite3.Connection, path: str | Path) -> None:
+    """The write lock can be taken: JournalLocked if another process holds it, JournalError if the
+    journal cannot be written otherwise."""
+    error = _write_lock_refused(conn)
+    if error is not None:
         conn.close()
         if is_locked(error):
             raise JournalLocked(f"the journal {path} is locked by another process ({error}, waited {BUSY_SECONDS:g} s);"
@@ -253,12 +262,8 @@ class Journal:
         """Why the journal cannot take a write now (another process holds its lock longer than
         PROBE_SECONDS, the disk refuses), or None. Takes the write lock and gives it back."""
         with self._probe_lock:
-            try:
-                self._probe.execute("BEGIN IMMEDIATE")
-                self._probe.execute("ROLLBACK")
-            except sqlite3.Error as error:
-                return f"the journal {self.path} cannot be written: {error}"
-        return None
+            error = _write_lock_refused(self._probe)
+        return None if error is None else f"the journal {self.path} cannot be written: {error}"
 
     def receive(self, alerts: Iterable[Alert], plan: Planner, now: float) -> Received:
         """Record the alerts and enqueue their actions in ONE transaction (committed on return)."""

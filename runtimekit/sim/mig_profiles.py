@@ -189,6 +189,11 @@ def pick_gi_start(existing: Iterable[tuple[GiProfile, int]], profile: GiProfile)
     return next((s for s in reversed(profile.starts) if gi_conflict(existing, profile, s) is None), None)
 
 
+def ci_profile(gi: GiProfile, profile_id: int) -> CiProfile | None:
+    """The compute instance profile ``profile_id`` a GI of profile ``gi`` offers, or None."""
+    return next((p for p in ci_profiles(gi) if p.id == profile_id), None)
+
+
 def ci_conflict(existing: Iterable[tuple[CiProfile, int]], profile: CiProfile, start: int) -> tuple[str, str] | None:
     """As ``gi_conflict`` for a compute instance inside a GI (compute slices)."""
     existing = list(existing)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..events import NO_INSTANCE
 from ..faults import FaultError
-from ..mig_profiles import MigGeometry, ci_conflict, ci_profiles, geometry_for, gi_conflict, pick_ci_start, pick_gi_start
+from ..mig_profiles import MigGeometry, ci_conflict, ci_profile, ci_profiles, geometry_for, gi_conflict, pick_ci_start, pick_gi_start
 from .state import MiB, NodeCore, _ComputeInstance, _Gpu, _GpuInstance
 
 __all__ = ["MigPart", "MigError", "MIG_KINDS"]
@@ -154,7 +154,7 @@ class MigPart(NodeCore):
         ``start`` (compute slice in the GI; None: the lowest free)."""
         with self._lock:
             gi = self.gpu_instance(gpu, gi_id)
-            profile = next((p for p in ci_profiles(gi.profile) if p.id == profile_id), None)
+            profile = ci_profile(gi.profile, profile_id)
             if profile is None:
                 raise MigError("invalid_argument", f"profile: {profile_id} is not a compute instance profile of {gi.profile.name}")
             taken = [(ci.profile, ci.start) for ci in gi.cis.values()]

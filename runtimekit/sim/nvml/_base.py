@@ -19,13 +19,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..events import NO_INSTANCE
 from ..node import SimulatedNode
 
 SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED = 0, 1, 2, 3
 NOT_FOUND, INSUFFICIENT_SIZE, TIMEOUT, GPU_IS_LOST, VERSION_MISMATCH = 6, 7, 10, 15, 25
 
 _DEV_BASE = 0x7E57_0000_1000
-_NO_ID = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a whole (non-MIG) GPU
+_NO_ID = NO_INSTANCE  # gpuInstanceId / computeInstanceId of a whole (non-MIG) GPU
 
 
 def _v(x: Any) -> Any:

@@ -203,11 +203,8 @@ class MigMixin(_LibraryBase):
 
     @_device
     def nvmlDeviceGetGpuInstanceProfileInfoByIdV(self, gpu: int, profile_id: Any, ref: Any) -> int:
-        geometry = self._geometry_on(gpu)
-        if geometry is None:
-            return NOT_SUPPORTED
-        p = geometry.by_id(_v(profile_id))
-        return INVALID_ARGUMENT if p is None else self._gi_profile_info(p, ref, True)
+        p = self._by_id(gpu, profile_id)
+        return p if isinstance(p, int) else self._gi_profile_info(p, ref, True)
 
     def _by_id(self, gpu: int, profile_id: Any) -> GiProfile | int:
         geometry = self._geometry_on(gpu)

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..mig_profiles import CiProfile, GiProfile, ci_profiles
+from ..mig_profiles import CiProfile, GiProfile, ci_conflict, ci_profile
 from ..node import MigError
 from ._base import (
     _DEV_BASE,
@@ -67,7 +67,7 @@ class ComputeInstancesMixin(_LibraryBase):
     """MIG compute instances."""
 
     def _ci_profile(self, gi: Any, profile: Any) -> CiProfile | int:
-        return next((p for p in ci_profiles(gi.profile) if p.id == _v(profile)), None) or INVALID_ARGUMENT
+        return ci_profile(gi.profile, _v(profile)) or INVALID_ARGUMENT
 
     def _ci_profile_info(self, gi: Any, profile: Any, eng: Any, ref: Any, versioned: bool) -> int:
         info = _obj(ref)
@@ -75,7 +75,7 @@ class ComputeInstancesMixin(_LibraryBase):
             return VERSION_MISMATCH
         if not 0 <= _v(profile) < _CI_PROFILE_COUNT or _v(eng) != 0:  # 0: ENGINE_PROFILE_SHARED
             return INVALID_ARGUMENT
-        p = next((c for c in ci_profiles(gi.profile) if c.id == _v(profile)), None)
+        p = ci_profile(gi.profile, _v(profile))
         if p is None:
             return NOT_SUPPORTED
         _fill_ci_info(info, gi.profile, p)
@@ -102,8 +102,8 @@ class ComputeInstancesMixin(_LibraryBase):
         p = self._ci_profile(gi, profile)
         if isinstance(p, int):
             return p
-        used = [(c.start, c.profile.compute_slices) for c in gi.cis.values()]
-        free = [s for s in p.starts if all(s + p.compute_slices <= a or a + n <= s for a, n in used)]
+        taken = [(c.profile, c.start) for c in gi.cis.values()]
+        free = [s for s in p.starts if ci_conflict(taken, p, s) is None]
         _out(ref, len(free))
         return SUCCESS
 
