@@ -175,6 +175,47 @@ class ListenerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SlicerConfig:
+    """The slicer: TDM shares and on-demand MIG instances (``runtimekit.slicer``)."""
+
+    enabled: bool = setting(True, "run the slicer (slices through the gRPC API; runtimekit slice ...)")
+    policy: str = setting(
+        "binpack", "which card a slice for any device goes to: the fullest that fits (binpack) or the emptiest (spread)",
+        allowed=("binpack", "spread"),
+    )
+    memory_reserve_mib: int = setting(
+        1024, "MiB of each card's memory no TDM slice may take (the driver's and CUDA contexts' share)", between(0, 1 << 20)
+    )
+    cdi_dir: str = setting("/var/run/cdi", "directory the CDI specification of each TDM slice is written to")
+    cdi_vendor: str = setting("runtimekit.io", "the CDI vendor name (a slice is injected as VENDOR/slice=ID)")
+    owner_grace_seconds: float = setting(
+        60.0, "seconds a pod owner may be missing from the kubelet's pod-resources before its slices are reclaimed",
+        between(0, 86_400),
+    )
+    orphan_grace_seconds: float = setting(
+        120.0, "seconds a MIG instance with no slice and no process lives before it is destroyed", between(0, 86_400)
+    )
+    reconcile_seconds: float = setting(
+        5.0, "seconds between reconciliations of the journal, NVML and the owners", between(0.1, 3600)
+    )
+    isolation_window_seconds: float = setting(
+        60.0, "a slice's utilization share above its compute share for this long is a finding", between(1, 86_400)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    """The gRPC API runtimekit.v1 (``runtimekit.api``): the one way in for the container layer."""
+
+    enabled: bool = setting(True, "serve the gRPC API")
+    socket: str | None = setting(None, "the unix socket, mode 0600 (None: STATE_DIR/runtimekit.sock)")
+    tcp_listen: str | None = setting(None, "HOST:PORT for gRPC over TCP with TLS (None: unix socket only)", listen_address)
+    tls_cert_file: str | None = setting(None, "PEM certificate for the TCP port (required with tcp_listen)")
+    tls_key_file: str | None = setting(None, "PEM private key for the TCP port (required with tcp_listen)")
+    tls_client_ca_file: str | None = setting(None, "PEM CA that client certificates must chain to (None: no client auth)")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Validated configuration: top-level keys and one section per component."""
 
@@ -189,6 +230,8 @@ class Config:
     health: HealthConfig = section(HealthConfig)
     components: ComponentsConfig = section(ComponentsConfig)
     listener: ListenerConfig = section(ListenerConfig)
+    slicer: SlicerConfig = section(SlicerConfig)
+    api: ApiConfig = section(ApiConfig)
     # Keys of the sections that the command line registered with their component (the simulator's
     # ``sim.*``): dotted key -> validated value. Empty for a production agent.
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -200,6 +243,11 @@ class Config:
     @property
     def listen_port(self) -> int:
         return parse_listen(self.listen)[1]
+
+    @property
+    def api_socket(self) -> str:
+        """The gRPC API's unix socket: ``api.socket``, or ``runtimekit.sock`` in the state directory."""
+        return self.api.socket or str(Path(self.state_dir) / "runtimekit.sock")
 
 
 SCHEMA: dict[str, Key] = schema_of(Config)
@@ -227,4 +275,7 @@ def load(
             f"components.max_backoff_seconds: must be at least components.initial_backoff_seconds "
             f"({components.initial_backoff_seconds}), got {components.max_backoff_seconds}"
         )
+    api = config.api
+    if api.tcp_listen is not None and (api.tls_cert_file is None or api.tls_key_file is None):
+        raise ConfigError("api.tcp_listen: needs api.tls_cert_file and api.tls_key_file (the TCP port is TLS only)")
     return config

@@ -1,11 +1,12 @@
 """The base's shared state and vocabulary: typed topics and the immutable node view
-(``node``), GPU and MIG references and device ids (``refs``), the health verdict (``health``)."""
+(``node``), GPU and MIG references and device ids (``refs``), the health verdict (``health``), slices (``slices``)."""
 
 from runtimekit.state.node import (
     ATTRIBUTION,
     COMPONENTS,
     HEALTH,
     SAMPLE,
+    SLICES,
     TOPICS,
     XID_LOG_SIZE,
     XIDS,
@@ -23,6 +24,7 @@ __all__ = [
     "ComponentStatus",
     "HEALTH",
     "SAMPLE",
+    "SLICES",
     "TOPICS",
     "XIDS",
     "XID_LOG_SIZE",

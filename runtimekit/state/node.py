@@ -27,6 +27,7 @@ from typing import Any
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 from runtimekit.state.health import STATE_UNWRITABLE, NodeHealth
+from runtimekit.state.slices import SliceTable
 
 log = logging.getLogger("runtimekit.state")
 
@@ -39,7 +40,8 @@ ATTRIBUTION = "attribution"
 XIDS = "xids"
 HEALTH = "health"
 COMPONENTS = "components"
-TOPICS: tuple[str, ...] = (SAMPLE, ATTRIBUTION, XIDS, HEALTH, COMPONENTS)
+SLICES = "slices"
+TOPICS: tuple[str, ...] = (SAMPLE, ATTRIBUTION, XIDS, HEALTH, COMPONENTS, SLICES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class NodeView:
     xids: XidLog = field(default_factory=XidLog)
     health: NodeHealth | None = None
     components: Mapping[str, ComponentStatus] = field(default_factory=lambda: MappingProxyType({}))
+    slices: SliceTable = field(default_factory=SliceTable)
 
     @property
     def ready(self) -> tuple[bool, str]:
@@ -243,6 +246,10 @@ class NodeState:
     def publish_components(self, components: Mapping[str, ComponentStatus]) -> None:
         """Publish the supervised components' status (the supervisor, on every change)."""
         self._publish(COMPONENTS, components=components)
+
+    def publish_slices(self, slices: SliceTable) -> None:
+        """Publish the slice table (the slicer, after every change it commits)."""
+        self._publish(SLICES, slices=slices)
 
     def _publish(self, topic: str, update: Callable[[NodeView], dict[str, Any]] | None = None, **values: Any) -> None:
         with self._lock:
