@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 
 from runtimekit import sim
-from runtimekit.config import Config, Key, between
+from runtimekit.config import Config, Key, SlicerConfig, between
 from runtimekit.service import Registration
 from runtimekit.sim.control import add_control_routes
 from runtimekit.sim.host import SimulatedHost
+from runtimekit.sim.mig_layout import MigLayoutFile
 from runtimekit.supervisor import ComponentSpec
 
 log = logging.getLogger("runtimekit.sim")
@@ -56,6 +57,9 @@ class Simulation:
         # agent restarts (sticky faults stay), and changes only with `runtimekit sim reboot`.
         try:
             self.host = SimulatedHost(self.node, self.root, boot_id_path=str(Path(config.state_dir) / "simulated-boot-id"))
+            # The simulated driver's MIG modes and instances outlive the agent's process, as a
+            # real driver's do: kept in the state directory, restored at the next start.
+            MigLayoutFile(Path(config.state_dir) / "simulated-mig.json").attach(self.node)
         except BaseException:
             self.remove()
             raise
@@ -69,7 +73,11 @@ class Simulation:
             proc_root=self.host.proc_root,
         )
         health = dataclasses.replace(config.health, boot_id_path=self.host.boot_id_path)
-        return dataclasses.replace(config, attribution=attribution, health=health)
+        # CDI specifications of TDM slices go to the simulated host, unless configured elsewhere.
+        slicer = config.slicer
+        if slicer.cdi_dir == SlicerConfig().cdi_dir:
+            slicer = dataclasses.replace(slicer, cdi_dir=str(self.root / "cdi"))
+        return dataclasses.replace(config, attribution=attribution, health=health, slicer=slicer)
 
     def registration(self) -> Registration:
         return Registration(

@@ -17,6 +17,7 @@ Geometry (profiles, placements) is ``mig_profiles``; the placement rules (``gi_c
 from __future__ import annotations
 
 import uuid as _uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..events import NO_INSTANCE
@@ -42,6 +43,10 @@ class MigError(FaultError):
 
 class MigPart(NodeCore):
     """MIG mode, GPU and compute instances, MIG devices and the processes inside them."""
+
+    #: Called (under the node's lock) after every change of a MIG mode or instance: the driver's
+    #: state outlives the agent's process on a real node, so the simulation saves it (``mig_layout``).
+    mig_listener: Callable[[], None] | None = None
 
     # ---- mode ------------------------------------------------------------------------------
     def mig_geometry(self, gpu: int) -> MigGeometry | None:
@@ -72,12 +77,21 @@ class MigPart(NodeCore):
             if not enabled and g.gis:
                 raise MigError("in_use", f"gpu: GPU {gpu} still has {len(g.gis)} GPU instance(s); destroy them first")
             g.mig_pending = bool(enabled)
+            self._mig_changed()
             return g.mig_pending != g.mig_current
 
     def _mig_reset(self, g: _Gpu) -> None:
         """A GPU reset (lock held): the pending mode takes effect and every instance is gone."""
         g.mig_current = g.mig_pending
         g.gis.clear()
+        self._mig_changed()
+
+    def _mig_changed(self) -> None:
+        """After every change of a MIG mode or instance (lock held): what runs in instances may
+        have changed, and the driver's layout is saved where a listener wants it (``mig_layout``)."""
+        self._proc_gen += 1
+        if self.mig_listener is not None:
+            self.mig_listener()
 
     def _mig_on(self, gpu: int) -> tuple[MigGeometry, _Gpu]:
         geometry = self._geometry(gpu)
@@ -134,7 +148,7 @@ class MigPart(NodeCore):
                 raise MigError("invalid_argument" if kind == "invalid" else "insufficient_resources", f"placement: {why}")
             gi_id = next(i for i in range(1, len(g.gis) + 2) if i not in g.gis)
             gi = g.gis[gi_id] = _GpuInstance(gi_id, profile, start)
-            self._proc_gen += 1
+            self._mig_changed()
             return gi
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
@@ -146,7 +160,7 @@ class MigPart(NodeCore):
             if self._pids_in(gpu, gi_id, None):
                 raise MigError("in_use", f"gpu_instance: processes run in GPU instance {gi_id}")
             del self._gpus[gpu].gis[gi_id]
-            self._proc_gen += 1
+            self._mig_changed()
 
     # ---- compute instances -----------------------------------------------------------------
     def create_compute_instance(self, gpu: int, gi_id: int, profile_id: int, start: int | None = None) -> _ComputeInstance:
@@ -169,7 +183,7 @@ class MigPart(NodeCore):
             ci_id = next(i for i in range(len(gi.cis) + 1) if i not in gi.cis)
             name = f"{self.gpu(gpu).uuid}/{gi.id}/{ci_id}/{gi.profile.id}@{gi.start}/{profile.id}@{start}"
             ci = gi.cis[ci_id] = _ComputeInstance(ci_id, profile, start, f"MIG-{_uuid.uuid5(_UUID_NS, name)}")
-            self._proc_gen += 1
+            self._mig_changed()
             return ci
 
     def compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> _ComputeInstance:
@@ -186,7 +200,7 @@ class MigPart(NodeCore):
             if self._pids_in(gpu, gi_id, ci_id):
                 raise MigError("in_use", f"compute_instance: processes run in compute instance {ci_id} of GPU instance {gi_id}")
             del self._gpus[gpu].gis[gi_id].cis[ci_id]
-            self._proc_gen += 1
+            self._mig_changed()
 
     # ---- MIG devices and what runs in them -------------------------------------------------
     def mig_devices(self, gpu: int) -> list[tuple[_GpuInstance, _ComputeInstance]]:
