@@ -45,6 +45,16 @@ class NvmlInitError(Exception):
     """NVML could not be loaded or initialised; ``str()`` says why."""
 
 
+class NvmlCallError(Exception):
+    """A call made through ``NvmlSession.control`` failed: ``wrapper`` is the call, ``name`` the
+    NVML error (``error_name``: NVML_ERROR_IN_USE, ...)."""
+
+    def __init__(self, wrapper: str, name: str) -> None:
+        super().__init__(f"{wrapper}: {name}")
+        self.wrapper = wrapper
+        self.name = name
+
+
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One candidate for a versioned NVML call: a pynvml wrapper name and how to adapt arguments."""
@@ -110,7 +120,7 @@ class NvmlSession:
                 log.debug("nvmlShutdown failed: %s", error)
 
     def call(self, wrapper: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a pynvml wrapper (or a ``ROW_WRAPPERS`` one) by name; errors become ``Unavailable``
+        """Call a pynvml wrapper (or a ``ROW_WRAPPERS`` / ``MIG_WRAPPERS`` one) by name; errors become ``Unavailable``
         (GPU lost raises)."""
         function = _wrapper(wrapper)
         if function is None:
@@ -119,6 +129,20 @@ class NvmlSession:
             return function(*args, **kwargs)
         except pynvml.NVMLError as error:
             return self._map_error(wrapper, error)
+
+    def control(self, wrapper: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a wrapper whose errors the caller must tell apart (configuration changes such as
+        MIG): an NVML error raises ``NvmlCallError`` naming it, a wrapper missing from pynvml or the
+        driver raises it with NVML_ERROR_FUNCTION_NOT_FOUND; GPU lost raises ``GpuLostError``."""
+        function = _wrapper(wrapper)
+        if function is None:
+            raise NvmlCallError(wrapper, "NVML_ERROR_FUNCTION_NOT_FOUND")
+        try:
+            return function(*args, **kwargs)
+        except pynvml.NVMLError as error:
+            if error.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLostError(wrapper) from error
+            raise NvmlCallError(wrapper, error_name(error)) from error
 
     def call_versioned(self, name: str, variants: Sequence[Variant], *args: Any) -> Any:
         """Call the newest variant of a versioned function the driver has, remembering the choice.
@@ -235,6 +259,53 @@ ROW_WRAPPERS: dict[str, Callable[..., list[tuple[int, ...]]]] = {
 }
 
 
+
+# -- MIG calls whose arguments are C arrays or structs ---------------------------------------------
+#
+# pynvml leaves these arrays to the caller; the wrappers below allocate them, so that no module but
+# this one touches pynvml's ctypes types. Same C calls as pynvml's wrappers of the same names.
+
+def _gi_possible_placements(handle: Any, profile_id: int) -> list[tuple[int, int]]:
+    """nvmlDeviceGetGpuInstancePossiblePlacements_v2 as (start, size) rows in memory slices: every
+    legal placement of the GPU instance profile, free or not (nvml.h). The first call, with no
+    array, asks for the count."""
+    count = ctypes.c_uint(0)
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return [(int(p.start), int(p.size)) for p in array[: count.value]]
+
+
+def _create_gi_with_placement(handle: Any, profile_id: int, start: int, size: int) -> Any:
+    """nvmlDeviceCreateGpuInstanceWithPlacement at {start, size} (memory slices); the new GPU instance's handle."""
+    placement = pynvml.c_nvmlGpuInstancePlacement_t()
+    placement.start, placement.size = start, size
+    return pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(placement))
+
+
+def _instance_handles(read: Callable[..., Any], handle_type: Any) -> Callable[[Any, int, int], list[Any]]:
+    """nvmlDeviceGetGpuInstances / nvmlGpuInstanceGetComputeInstances: the handles of the instances of
+    one profile in an array of ``capacity`` (the profile's ``instanceCount``, as go-nvml sizes it)."""
+
+    def handles(parent: Any, profile_id: int, capacity: int) -> list[Any]:
+        count = ctypes.c_uint(0)
+        array = (handle_type * max(capacity, 1))()
+        read(parent, profile_id, array, ctypes.byref(count))
+        return list(array[: count.value])
+
+    return handles
+
+
+MIG_WRAPPERS: dict[str, Callable[..., Any]] = {
+    "nvmlDeviceGetGpuInstancePossiblePlacements_v2": _gi_possible_placements,
+    "nvmlDeviceCreateGpuInstanceWithPlacement": _create_gi_with_placement,
+    "nvmlDeviceGetGpuInstances": _instance_handles(pynvml.nvmlDeviceGetGpuInstances, pynvml.c_nvmlGpuInstance_t),
+    "nvmlGpuInstanceGetComputeInstances": _instance_handles(
+        pynvml.nvmlGpuInstanceGetComputeInstances, pynvml.c_nvmlComputeInstance_t),
+}
+
+
 def _wrapper(name: str) -> Callable[..., Any] | None:
-    """A ``ROW_WRAPPERS`` function by its name, else pynvml's wrapper of that name (None: pynvml lacks it)."""
-    return ROW_WRAPPERS.get(name) or getattr(pynvml, name, None)
+    """A ``ROW_WRAPPERS`` or ``MIG_WRAPPERS`` function by its name, else pynvml's wrapper of that
+    name (None: pynvml lacks it)."""
+    return ROW_WRAPPERS.get(name) or MIG_WRAPPERS.get(name) or getattr(pynvml, name, None)

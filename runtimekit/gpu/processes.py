@@ -4,7 +4,9 @@ Compute and graphics lists are read with the newest struct version the driver ha
 ``_v2``); a process with both contexts is listed once. The session answers these calls as rows of
 the structs' raw fields (``runtimekit.gpu.nvml.ROW_WRAPPERS``), not pynvml's per-process objects. Utilization comes from
 nvmlDeviceGetProcessUtilization over the last ``PROCESS_UTILIZATION_WINDOW_SECONDS``, as ratios
-0..1 (NVML gives percent).
+0..1 (NVML gives percent), for processes on the whole GPU only: a process in a MIG instance (its
+row names a GPU instance) has none, as NVML cannot attribute utilization to MIG instances (MIG
+User Guide, getting-started-with-mig.html), so its ratios are NOT_SUPPORTED, never 0.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ GRAPHICS_PROCESSES = (
 NO_ID = 0xFFFFFFFF  # NVML's "not applicable" for instance ids
 PROCESS_UTILIZATION_WINDOW_SECONDS = 1.0  # per-process samples are taken from this last window
 IDLE = (0.0, 0.0, 0.0, 0.0)  # a process with no utilization sample in the window ran no kernel
+IN_INSTANCE = (NOT_SUPPORTED,) * 4  # a process in a MIG instance: utilization not attributable
 
 
 def read_process_utilization(session: NvmlSession, handle: Any, now: float) -> dict[int, tuple[float, ...]] | Unavailable:
@@ -55,15 +58,16 @@ def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple
             if found.reason in REAL_ERRORS:
                 failure = found
             continue
-        if not found:
-            continue
-        if utilization is None:
-            utilization = read_process_utilization(session, handle, now)
         for pid, memory, gi, ci in found:
             if pid in seen:
                 continue  # a process with compute and graphics contexts is listed in both
             seen.add(pid)
-            ratios = utilization.get(pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
+            if gi != NO_ID:
+                ratios: tuple[Any, ...] = IN_INSTANCE
+            else:
+                if utilization is None:  # read once, and only when a whole-GPU process is listed
+                    utilization = read_process_utilization(session, handle, now)
+                ratios = utilization.get(pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
             processes.append(
                 GpuProcess(
                     pid=pid,

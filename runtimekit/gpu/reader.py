@@ -21,6 +21,7 @@ from runtimekit.gpu.convert import MHZ, MILLI, bus_id
 from runtimekit.gpu.convert import map_reading as _map
 from runtimekit.gpu.convert import nvml_text as _text
 from runtimekit.gpu.errors import read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
+from runtimekit.gpu.mig_devices import MigDeviceReader
 from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
 from runtimekit.gpu.processes import read_processes
@@ -110,6 +111,7 @@ class NodeReader:
         self.clock = clock
         self._devices: dict[int, Device] = {}
         self._driver: DriverInfo | None = None
+        self._mig = MigDeviceReader(self.session)
 
     # -- one cycle -----------------------------------------------------------------------------
 
@@ -285,6 +287,8 @@ class NodeReader:
             replay_count=call("nvmlDeviceGetPcieReplayCounter", handle),
         )
         processes, process_failure = read_processes(self.session, handle, now)
+        modes = self._read_modes(handle)
+        mig_devices, mig_failure = self._mig.read(device.index, handle, device.identity, modes.mig_mode_current)
         snapshot = GpuSnapshot(
             index=device.index,
             identity=device.identity,
@@ -301,11 +305,12 @@ class NodeReader:
             retired_pages=read_retired_pages(self.session, handle),
             remapped_rows=read_remapped_rows(self.session, handle),
             nvlinks=read_nvlinks(self.session, handle, _count(device.limits.nvlink_count), values),
-            modes=self._read_modes(handle),
+            modes=modes,
             processes=processes,
             recovery_action=_map(values.get(fields.RECOVERY_ACTION), _recovery_action),
+            mig_devices=mig_devices,
         )
-        return replace(snapshot, errors=_errors(snapshot, process_failure))
+        return replace(snapshot, errors=_errors(snapshot, ("processes", process_failure), ("mig_devices", mig_failure)))
 
     def _read_modes(self, handle: Any) -> Modes:
         call = self.session.call
@@ -352,10 +357,11 @@ def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) ->
 
 
 
-def _errors(snapshot: GpuSnapshot, processes: Unavailable | None) -> tuple[tuple[str, str], ...]:
+def _errors(snapshot: GpuSnapshot, *listings: tuple[str, Unavailable | None]) -> tuple[tuple[str, str], ...]:
     """The readings that failed with a real error (not 'not supported'), for self-metrics and logs.
 
-    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``).
+    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``), and the
+    name of each failed listing (``processes``, ``mig_devices``).
     """
     found: list[tuple[str, str]] = []
     groups: list[tuple[str, Any]] = [
@@ -372,6 +378,7 @@ def _errors(snapshot: GpuSnapshot, processes: Unavailable | None) -> tuple[tuple
             value = getattr(group, name)
             if isinstance(value, Unavailable) and value.reason in _REAL_ERRORS:
                 found.append((f"{group_name}.{name}", value.detail or value.reason))
-    if isinstance(processes, Unavailable) and processes.reason in _REAL_ERRORS:
-        found.append(("processes", processes.detail or processes.reason))
+    for name, failure in listings:
+        if failure is not None and failure.reason in _REAL_ERRORS:
+            found.append((name, failure.detail or failure.reason))
     return tuple(found)

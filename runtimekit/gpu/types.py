@@ -8,9 +8,12 @@ converted at the NVML boundary (``runtimekit.gpu.reader``). A reading the device
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from typing_extensions import TypeIs
+
+if TYPE_CHECKING:  # runtimekit.state imports this module: a runtime import would be circular
+    from runtimekit.state.refs import MigRef
 
 T = TypeVar("T")
 
@@ -199,6 +202,42 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device of a GPU in MIG mode: a compute instance inside a GPU instance.
+
+    Found through nvmlDeviceGetMigDeviceHandleByIndex on the parent. ``ref`` names it (parent GPU,
+    GPU and compute instance ids from nvmlDeviceGetGpuInstanceId / ComputeInstanceId, its "MIG-…"
+    UUID from nvmlDeviceGetUUID on the MIG handle). The profile is its GPU instance's
+    (nvmlGpuInstanceGetInfo profileId -> nvmlDeviceGetGpuInstanceProfileInfoByIdV). Memory is
+    nvmlDeviceGetMemoryInfo on the MIG handle: the GPU instance's, shared by its compute instances.
+    There is no utilization: NVML cannot attribute it to a MIG device (MIG User Guide), so none
+    is read and none is exported.
+    """
+
+    ref: MigRef
+    index: int  # position in nvmlDeviceGetMigDeviceHandleByIndex
+    profile: Reading[str]  # GPU instance profile name, "3g.40gb"
+    profile_id: Reading[int]  # GPU instance profile id (19, 20, 15, 14, 9, 5, 0)
+    placement_start: Reading[int]  # first memory slice of the GPU instance (0..7)
+    compute_slices: Reading[int]  # the GPU instance's compute slices (of 7 on A100/H100/H200)
+    multiprocessors: Reading[int]  # SMs of the GPU instance's profile
+    memory_total_bytes: Reading[int]
+    memory_used_bytes: Reading[int]
+
+    @property
+    def uuid(self) -> str:
+        return self.ref.uuid
+
+    @property
+    def gpu_instance_id(self) -> int:
+        return self.ref.gpu_instance_id
+
+    @property
+    def compute_instance_id(self) -> int:
+        return self.ref.compute_instance_id
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSnapshot:
     """Everything sampled from one GPU at one moment.
 
@@ -229,10 +268,25 @@ class GpuSnapshot:
     # The recovery the driver asks for ("none", "gpu_reset", "node_reboot", "drain_p2p",
     # "drain_and_reset", ...; NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, set with XID 154); R570+ drivers.
     recovery_action: Reading[str] = NOT_SUPPORTED
+    # The MIG devices, by NVML index, of a GPU in MIG mode (``modes.mig_mode_current``); () otherwise.
+    mig_devices: tuple[MigDevice, ...] = ()
 
     @property
     def uuid(self) -> Reading[str]:
         return self.identity.uuid
+
+    @property
+    def mig_enabled(self) -> bool:
+        """True when MIG mode is in effect (the current mode, not a pending one)."""
+        return self.modes is not None and self.modes.mig_mode_current is True
+
+    def mig_device(self, gpu_instance_id: Reading[int], compute_instance_id: Reading[int]) -> MigDevice | None:
+        """The MIG device of these instance ids (a process's, an XID's), None when there is none."""
+        return next(
+            (d for d in self.mig_devices
+             if d.gpu_instance_id == gpu_instance_id and d.compute_instance_id == compute_instance_id),
+            None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,14 +32,12 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _handles(session: NvmlSession, symbol: str, parent: Any, profile_id: int, most: int) -> list[ctypes.c_void_p]:
+def _handles(session: NvmlSession, symbol: str, parent: Any, profile_id: int, most: int) -> list[Any]:
     """The GPU or compute instance handles of one profile (nvmlDeviceGetGpuInstances,
-    nvmlGpuInstanceGetComputeInstances); [] when the call failed."""
-    array = (ctypes.c_void_p * max(1, most))()
-    count = ctypes.c_uint(0)
-    if not is_available(session.call(symbol, parent, profile_id, array, ctypes.byref(count))):
-        return []
-    return [ctypes.c_void_p(array[i]) for i in range(min(count.value, len(array)))]
+    nvmlGpuInstanceGetComputeInstances, through the session's array-sizing wrappers); [] when the
+    call failed."""
+    handles = session.call(symbol, parent, profile_id, most)
+    return list(handles) if is_available(handles) else []
 
 
 def _compute_instances(session: NvmlSession, gi: ctypes.c_void_p) -> list[str]:

@@ -83,12 +83,15 @@ def test_full_sample_matches_the_driver_in_base_units(scenario, make_node, make_
         assert (limits.pcie_max_generation, limits.pcie_max_width) == (model.pcie_generation, model.pcie_width)
 
         # Utilisation: percent -> ratio.
-        rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
-        assert gpu.utilization.gpu == pytest.approx(rates.gpu / 100)
-        assert gpu.utilization.memory == pytest.approx(rates.memory / 100)
+        if node.mig_mode(gpu.index)[0]:  # no whole-GPU utilization in MIG mode, as on real hardware
+            assert not is_available(gpu.utilization.gpu) and not is_available(gpu.utilization.memory)
+        else:
+            rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            assert gpu.utilization.gpu == pytest.approx(rates.gpu / 100)
+            assert gpu.utilization.memory == pytest.approx(rates.memory / 100)
+            assert 0.0 <= gpu.utilization.gpu <= 1.0
         assert gpu.utilization.encoder == pytest.approx(pynvml.nvmlDeviceGetEncoderUtilization(handle)[0] / 100)
         assert gpu.utilization.decoder == pytest.approx(pynvml.nvmlDeviceGetDecoderUtilization(handle)[0] / 100)
-        assert 0.0 <= gpu.utilization.gpu <= 1.0
 
         # Memory: bytes, v2 struct (reserved separate from used).
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
@@ -147,13 +150,16 @@ def test_full_sample_matches_the_driver_in_base_units(scenario, make_node, make_
 
         # Modes.
         assert (gpu.modes.compute_mode, gpu.modes.persistence_mode) == ("default", True)
-        assert (gpu.modes.mig_mode_current, gpu.modes.mig_mode_pending) == (False, False)
+        mig = spec.mig is not None and spec.mig.enabled  # dgx-a100 starts GPUs 0 and 1 in MIG mode
+        assert (gpu.modes.mig_mode_current, gpu.modes.mig_mode_pending) == (mig, mig)
 
         # Processes, with their memory in bytes.
         expected = sorted((p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle))
-        assert expected, "training load and 16 background processes: every GPU has some"
+        # Training load and 16 background processes: every GPU has some, but those in MIG mode with
+        # no instance (no process can run outside an instance there).
+        assert bool(expected) != mig, "processes on a whole GPU, none on a MIG GPU without instances"
         assert sorted((p.pid, p.used_memory_bytes) for p in gpu.processes) == expected
-        assert {p.kind for p in gpu.processes} == {"compute"}
+        assert {p.kind for p in gpu.processes} == (set() if mig else {"compute"})
         assert all(p.gpu_instance_id.reason == "not_supported" for p in gpu.processes)  # no MIG: NVML's 0xFFFFFFFF
         simulated = sorted((p["pid"], p["used_memory_bytes"]) for p in node.processes() if p["gpu"] == gpu.index)
         assert sorted((p.pid, p.used_memory_bytes) for p in gpu.processes) == simulated
