@@ -1,4 +1,5 @@
-"""argparse options built from FAULT_KINDS, for ``runtimekit sim inject``.
+"""argparse options built from FAULT_KINDS, for ``runtimekit sim inject``; the MIG instance
+options of ``sim inject`` (an XID raised in an instance) and ``sim process add``.
 
 Each option is read off the parameter's ``runtimekit.schema.Key`` (``ParamSpec.key``): its type,
 choices (``allowed``), range (the ``between`` check) and doc; nothing is declared here.
@@ -15,7 +16,7 @@ from typing import Any
 
 from .faults import FAULT_KINDS, FaultError, ParamSpec
 
-__all__ = ["add_fault_arguments", "fault_params_from_args"]
+__all__ = ["add_fault_arguments", "fault_params_from_args", "add_instance_arguments", "instance_ids_from_args"]
 
 
 def _params() -> dict[str, tuple[ParamSpec, list[str]]]:
@@ -63,3 +64,18 @@ def fault_params_from_args(kind: str, args: argparse.Namespace) -> dict[str, Any
             raise FaultError(f"--{name}: does not apply to {kind} (its parameters: {', '.join(sorted(own)) or 'none'})")
         out[name] = value
     return out
+
+
+def add_instance_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--gpu-instance`` and ``--compute-instance`` (dests ``gpu_instance``, ``compute_instance``,
+    default None): the MIG instance ``what`` applies to."""
+    parser.add_argument("--gpu-instance", type=int, metavar="ID", help=f"MIG GPU instance id {what}")
+    parser.add_argument("--compute-instance", type=int, metavar="ID", help=f"MIG compute instance id, inside --gpu-instance, {what}")
+
+
+def instance_ids_from_args(args: argparse.Namespace) -> dict[str, int]:
+    """The instance ids given (``gpu_instance``, ``compute_instance``) for a request body; FaultError
+    for a compute instance without its GPU instance."""
+    if args.compute_instance is not None and args.gpu_instance is None:
+        raise FaultError("--compute-instance: needs --gpu-instance (a compute instance is inside a GPU instance)")
+    return {key: getattr(args, key) for key in ("gpu_instance", "compute_instance") if getattr(args, key) is not None}

@@ -4,8 +4,10 @@
     POST   /sim/v1/faults      {"gpu": 0, "fault": "xid", "params": {"xid": 79}} -> {"fault": {...}}
     DELETE /sim/v1/faults      {"gpu": 0, "fault": "xid" | null} -> {"cleared": n}
     GET    /sim/v1/processes   -> {"processes": [...]}
-    POST   /sim/v1/processes   {"gpu": 0, "used_memory_bytes": N, "name"?: str, "pid"?: int} -> {"pid": pid}
-                               or {"count": N} (background churn) -> {"count": N}
+    POST   /sim/v1/processes   {"gpu": 0, "used_memory_bytes": N, "name"?: str, "pid"?: int,
+                               "gpu_instance"?: int, "compute_instance"?: int} -> {"pid": pid}
+                               (on a GPU in MIG mode both instance ids are required: the process
+                               runs in that MIG device) or {"count": N} (background churn) -> {"count": N}
     DELETE /sim/v1/processes   {"pid": pid} -> {"removed": pid}
     GET    /sim/v1/pods        -> {"pods": [...]}
     POST   /sim/v1/pods        {"namespace", "name", "qos"?, "containers": [{"name", "gpus"?, "idle"?}]}
@@ -15,6 +17,13 @@
     POST   /sim/v1/reboot      (no body) -> {"boot_id": str | null, "cleared": n}: simulate a node
                                reboot (faults cleared, driver counters restarted, processes gone,
                                a new boot id; boot_id is null without a simulated host)
+    POST   /sim/v1/reset       {"gpu": 0} -> {"gpu": 0, "cleared": n, "mig": {"current", "pending"} | null}:
+                               a GPU reset (nvidia-smi -r): the pending MIG mode takes effect, MIG
+                               instances and the GPU's faults are gone; refused (400) while any
+                               process runs on the GPU, as the driver refuses it
+    POST   /sim/v1/mig/xid     {"gpu": 0, "xid": 43, "gpu_instance": 1, "compute_instance"?: 0}
+                               -> {"delivered": n}: an XID raised in a MIG instance (its event
+                               carries the instance ids; n = event sets that got it)
     GET    /sim/v1/host        -> {"thread_id": N | null, "thread_name", "root", "kubelet_socket",
                                "cri_socket", "proc_root", "boot_id_path", "sources": {"kubelet":
                                bool, "cri": bool}}: the simulated host side (fake kubelet, CRI,
@@ -164,7 +173,8 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         pid = _int(body, "pid", required=False)
         name = body.get("name", "python")
         owner = {key: body[key] for key in ("namespace", "pod", "container") if key in body}
-        return {"pid": node.add_process(gpu, size, name=name, pid=pid, **owner)}
+        instance = {key: body[key] for key in ("gpu_instance", "compute_instance") if key in body}
+        return {"pid": node.add_process(gpu, size, name=name, pid=pid, **owner, **instance)}
 
     async def delete_process(request: web.Request) -> Any:
         body = await _body(request)
@@ -209,12 +219,36 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
             return await host.call(host.reboot)
         return {"boot_id": None, "cleared": node.reboot()}
 
+    async def post_reset(request: web.Request) -> Any:
+        gpu = _int(await _body(request), "gpu")
+        if not 0 <= gpu < node.gpu_count:
+            raise FaultError(f"gpu: got {gpu}; must be an integer in 0..{node.gpu_count - 1}")
+        busy = node.processes_on(gpu)
+        if busy:
+            listed = ", ".join(f"{p['pid']} ({p['name']})" for p in busy)
+            raise FaultError(f"gpu: GPU {gpu} is in use by {len(busy)} process(es): {listed}; "
+                             "a GPU reset needs the GPU idle, as nvidia-smi -r does")
+        cleared = node.reset_gpu(gpu)
+        mig = None
+        if node.mig_geometry(gpu) is not None:
+            current, pending = node.mig_mode(gpu)
+            mig = {"current": current, "pending": pending}
+        return {"gpu": gpu, "cleared": cleared, "mig": mig}
+
+    async def post_instance_xid(request: web.Request) -> Any:
+        body = await _body(request)
+        gpu, xid, gpu_instance = _int(body, "gpu"), _int(body, "xid"), _int(body, "gpu_instance")
+        compute_instance = _int(body, "compute_instance", required=False)
+        return {"delivered": node.inject_instance_xid(gpu, xid, gpu_instance, compute_instance)}
+
     async def get_host(request: web.Request) -> Any:
         if host is None:
             raise LookupError("this simulated node has no simulated host (kubelet, runtime, /proc)")
         return host.info()
 
     app.router.add_post("/sim/v1/reboot", _guarded(post_reboot))
+    app.router.add_post("/sim/v1/reset", _guarded(post_reset))
+    app.router.add_post("/sim/v1/mig/xid", _guarded(post_instance_xid))
     app.router.add_get("/sim/v1/host", _guarded(get_host))
     app.router.add_get("/sim/v1/pods", _guarded(get_pods))
     app.router.add_post("/sim/v1/pods", _guarded(post_pod))

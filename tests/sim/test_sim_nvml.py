@@ -159,7 +159,7 @@ def test_idle_gpu_has_no_processes_and_idles(clock):
     install(node)
     try:
         N.nvmlInit()
-        h = N.nvmlDeviceGetHandleByIndex(0)
+        h = N.nvmlDeviceGetHandleByIndex(2)  # GPUs 0 and 1 start in MIG mode: no whole-GPU utilization there
         assert N.nvmlDeviceGetComputeRunningProcesses(h) == []
         with pytest.raises(N.NVMLError_NotFound):
             N.nvmlDeviceGetProcessUtilization(h, 0)
@@ -168,6 +168,8 @@ def test_idle_gpu_has_no_processes_and_idles(clock):
         assert N.nvmlDeviceGetName(h) == "NVIDIA A100-SXM4-80GB"
         assert N.nvmlDeviceGetArchitecture(h) == N.NVML_DEVICE_ARCH_AMPERE
         assert N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2).used == 0
+        with pytest.raises(N.NVMLError_NotSupported):  # GPU 0 is in MIG mode
+            N.nvmlDeviceGetUtilizationRates(N.nvmlDeviceGetHandleByIndex(0))
     finally:
         uninstall()
 

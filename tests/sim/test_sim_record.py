@@ -200,7 +200,8 @@ def test_record_keeps_the_mig_mode_and_instances(installed, tmp_path):
         MigInstanceSpec("4g.40gb", 0, ("2c.4g.40gb", "2c.4g.40gb")),
         MigInstanceSpec("1g.10gb", 6, ("1g.10gb",)),  # the driver's choice, written down
     ))
-    assert [g.index for g in copy_.gpus if g.mig is not None] == [2]
+    assert [g.index for g in copy_.gpus if g.mig is not None] == [0, 1, 2]  # dgx-a100's GPUs 0 and 1 start in MIG mode
+    assert copy_.gpus[0].mig == copy_.gpus[1].mig == MigSpec(True, ())
 
 
 def test_a_driver_without_the_mig_instance_api_still_records(installed, tmp_path, monkeypatch):

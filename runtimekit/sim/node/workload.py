@@ -106,17 +106,24 @@ class WorkloadPart(NodeCore):
         background processes of ``set_process_count`` then run in them."""
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10_000:
             raise FaultError(f"count: got {count!r}; must be an integer in 0..10000")
-        n = len(self._gpus)
+        whole = self._whole_gpus()
+        n = len(whole)
         pods = []
         for i in range(count):
             name = f"sim-pod-{i:04d}"
-            device = SimDevice(GPU_RESOURCE, f"{self._gpus[i % n].spec.uuid}::{i // n}")
+            device = SimDevice(GPU_RESOURCE, f"{self._gpus[whole[i % n]].spec.uuid}::{i // n}")
             cid = container_id_for("sim", name, "worker", salt=str(self.seed))
             container = SimContainer("worker", cid, (device,))
             pods.append(SimPod(name, "sim", pod_uid_for("sim", name, salt=str(self.seed)), (container,)))
         with self._lock:
             self._generated_pods = tuple(pods)
             self._proc_gen += 1
+
+    def _whole_gpus(self) -> list[int]:
+        """The GPUs not in MIG mode, by index (all when every one is): a time-shared replica or a
+        process outside any instance cannot run on a GPU in MIG mode."""
+        whole = [g.spec.index for g in self._gpus if not g.mig_current]
+        return whole or [g.spec.index for g in self._gpus]
 
     def _runs_job(self, gpu: int) -> bool:
         """The load profile's job runs on ``gpu``: held by a running container (any GPU when no
@@ -247,7 +254,8 @@ class WorkloadPart(NodeCore):
                 {"pid": pid, "gpu": gpu, "name": name, "used_memory_bytes": b, **self._owner_fields(owner, pod_of)}
                 for pid, (gpu, name, b, owner) in self._manual.items()
             ]
-            n = len(self._gpus)
+            whole = self._whole_gpus()
+            n = len(whole)
             holders = self._holders()
             for g in self._gpus:
                 s = self._current(g, tick)[0]
@@ -268,7 +276,7 @@ class WorkloadPart(NodeCore):
                 row = self._churn_rows.get(i)
                 if row is None or row["pid"] != pid:  # the slot restarted: a new process
                     pod = generated[i % len(generated)] if generated else None
-                    gpu = (i % len(generated)) % n if generated else i % n
+                    gpu = whole[(i % len(generated)) % n if generated else i % n]
                     container = pod.containers[0] if pod else None
                     row = {"pid": pid, "gpu": gpu, "name": "worker", "used_memory_bytes": 64 * MiB,
                            **self._owner_fields(container, pod_of)}

@@ -14,6 +14,8 @@ class PowerThermalClocksMixin(_LibraryBase):
 
     @_device
     def nvmlDeviceGetUtilizationRates(self, gpu: int, ref: Any) -> int:
+        if self.node.mig_mode(gpu)[0]:
+            return NOT_SUPPORTED  # a GPU in MIG mode has no whole-GPU utilization (nvidia-smi: N/A)
         s = self.node.sample(gpu)
         u = _obj(ref)
         u.gpu, u.memory = s.util_gpu, s.util_mem

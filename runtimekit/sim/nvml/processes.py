@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, _device, _LibraryBase, _obj, _v
+from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _device, _LibraryBase, _obj, _v
 
 __all__ = ["ProcessesMixin"]
 
@@ -53,7 +53,10 @@ class ProcessesMixin(_LibraryBase):
     @_device
     def nvmlDeviceGetProcessUtilization(self, gpu: int, samples: Any, count_ref: Any, last_seen: Any) -> int:
         """One sample per process for the current tick: the GPU's SM and memory utilization
-        shared out in proportion to the processes' memory (the big job does most of the work)."""
+        shared out in proportion to the processes' memory (the big job does most of the work).
+        Not supported in MIG mode: NVML attributes no utilization to MIG devices or their processes."""
+        if self.node.mig_mode(gpu)[0]:
+            return NOT_SUPPORTED
         t = self.node.now()
         s = self.node.sample(gpu)
         procs = self.node.processes_on(gpu)
