@@ -5,6 +5,10 @@ Own families, never a device family repeated with pod labels (dcgm-exporter's an
 (summed over every process of the container on that GPU, the per-GPU process cap does not apply);
 allocations from ``AttributionSnapshot.allocations`` (kubelet pod-resources ``List``), so a pod that
 holds a GPU without running anything on it still shows: the "allocated but idle" case.
+
+On a GPU in MIG mode a series names its MIG instance (``gpu_instance``, ``compute_instance``: NVML's
+ids, "" on a whole GPU): usage per instance the container's processes run in, and a ``MIG-…``
+device id attributed to its parent GPU and instance through the sampled MIG devices.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty, text
 from runtimekit.exporter.collectors.attribution import OWNER_LABELS, owner_labels
+from runtimekit.exporter.collectors.mig import MIG_INSTANCE_LABELS
 from runtimekit.exporter.family import Family
 from runtimekit.gpu.types import is_available
 from runtimekit.state import NodeView
 
-USAGE_LABELS = (*OWNER_LABELS, *GPU_LABELS)
-ALLOCATION_LABELS = (*OWNER_LABELS, "resource", "device_id", *GPU_LABELS)
+USAGE_LABELS = (*OWNER_LABELS, *GPU_LABELS, *MIG_INSTANCE_LABELS)
+ALLOCATION_LABELS = (*OWNER_LABELS, "resource", "device_id", *GPU_LABELS, *MIG_INSTANCE_LABELS)
 
 
 class PodCollector(CardCollector):
@@ -49,7 +54,8 @@ class PodCollector(CardCollector):
         # instance lingers: same names, other container id): merge them, never emit a duplicate series.
         merged: dict[tuple[str, ...], list] = {}
         for usage in attribution.pods:
-            key = (*owner_labels(usage.owner), str(usage.gpu_index), text(usage.gpu_uuid))
+            key = (*owner_labels(usage.owner), str(usage.gpu_index), text(usage.gpu_uuid),
+                   text(usage.gpu_instance_id), text(usage.compute_instance_id))
             sm = usage.sm_utilization if is_available(usage.sm_utilization) else None
             used = usage.used_memory_bytes if is_available(usage.used_memory_bytes) else None
             if key not in merged:
@@ -68,13 +74,17 @@ class PodCollector(CardCollector):
             "runtimekit_pod_gpu_allocated",
             "1 for every device the kubelet allocated to the container (pod-resources List). device_id is what the "
             "device plugin advertised (GPU UUID, MIG device UUID or a shared replica GPU-...::N); gpu and uuid name "
-            "the physical GPU, \"\" when it is not known (a MIG device, or a GPU not on this node's snapshot).",
+            "the physical GPU (a MIG device's parent), \"\" when it is not known (a GPU not on this node's snapshot, "
+            "a MIG device not sampled); gpu_instance and compute_instance name a MIG device's instance.",
             labels=ALLOCATION_LABELS,
         )
         seen: set[tuple[str, ...]] = set()
         for allocation in attribution.allocations:
             gpu = "" if allocation.gpu_index is None else str(allocation.gpu_index)
-            key = (*owner_labels(allocation.owner), allocation.resource_name, allocation.device_id, gpu, text(allocation.gpu_uuid))
+            mig = allocation.mig
+            instance = (str(mig.gpu_instance_id), str(mig.compute_instance_id)) if mig is not None else ("", "")
+            key = (*owner_labels(allocation.owner), allocation.resource_name, allocation.device_id, gpu,
+                   text(allocation.gpu_uuid), *instance)
             if key not in seen:
                 seen.add(key)
                 allocated.add_metric(list(key), 1.0)

@@ -37,13 +37,14 @@ from runtimekit.exporter.collectors.cmdline import (  # noqa: F401 - REDACTED: r
     REDACTED,
     CommandRedactor,
 )
+from runtimekit.exporter.collectors.mig import MIG_INSTANCE_LABELS
 from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 
 PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
 # MIG ids are always in the label set, "" on a GPU without MIG: a family keeps one set of label
 # names, and Prometheus stores a label whose value is "" exactly as if it were absent.
-GPU_PROCESS_LABELS = (*GPU_LABELS, "gpu_instance", "compute_instance", *PROCESS_LABELS)
+GPU_PROCESS_LABELS = (*GPU_LABELS, *MIG_INSTANCE_LABELS, *PROCESS_LABELS)
 
 class ProcessCollector(CardCollector):
     def __init__(

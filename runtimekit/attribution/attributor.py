@@ -157,6 +157,7 @@ class Attributor:
                 {h.name: h.status for h in (self.kubelet.health, self.cri.health, self.procfs) if h.status}
             ),
             dropped_total=MappingProxyType(dict(self._dropped_total)),
+            pod_uids=None if self.cri.value is None else frozenset(c.pod_uid for c in self.cri.value.values() if c.pod_uid),
         )
         self.state.publish_attribution(attribution)
         return attribution
@@ -230,8 +231,8 @@ class Attributor:
 
     def _allocations(self, snapshot: NodeSnapshot) -> tuple[DeviceAllocation, ...]:
         """The kubelet's allocations resolved to GPUs; the last result again while the kubelet's
-        answer and the GPUs are the same (they rarely change between two cycles)."""
-        key = (self.kubelet.value, tuple((gpu.uuid, gpu.index) for gpu in snapshot.gpus))
+        answer, the GPUs and their MIG devices are the same (they rarely change between two cycles)."""
+        key = (self.kubelet.value, tuple((gpu.uuid, gpu.index, tuple(d.ref for d in gpu.mig_devices)) for gpu in snapshot.gpus))
         if self._last_allocations is None or self._last_allocations[0] != key:
             self._last_allocations = (key, resolve_allocations(self._allocation_rows(), snapshot))
         return self._last_allocations[1]

@@ -21,23 +21,21 @@ from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_availabl
 from runtimekit.state.refs import parse_device_id
 
 
-def gpu_uuid_of_device(device_id: str) -> str | None:
-    """The physical GPU UUID behind a device plugin's device id (``runtimekit.state.refs``), or None
-    when it cannot be told: a MIG device (``MIG-…``) needs NVML to find its parent, not done here."""
-    parsed = parse_device_id(device_id)
-    return parsed.gpu_uuid if parsed is not None else None
-
-
 def resolve_allocations(
     rows: Iterable[tuple[Owner, str, str]], snapshot: NodeSnapshot | None
 ) -> tuple[DeviceAllocation, ...]:
-    """(owner, resource name, device id) rows -> allocations with the GPU index where known."""
-    index_of = {gpu.uuid: gpu.index for gpu in snapshot.gpus if is_available(gpu.uuid)} if snapshot else {}
+    """(owner, resource name, device id) rows -> allocations with the GPU index where known; a MIG
+    device id is attributed to its parent GPU and instance through the snapshot's MIG devices."""
+    gpus = snapshot.gpus if snapshot else ()
+    index_of = {gpu.uuid: gpu.index for gpu in gpus if is_available(gpu.uuid)}
+    mig_of = {device.uuid: device.ref for gpu in gpus for device in gpu.mig_devices}
     allocations = []
     for owner, resource_name, device_id in rows:
-        uuid = gpu_uuid_of_device(device_id)
+        parsed = parse_device_id(device_id)  # None: not a GPU id we know
+        mig = mig_of.get(parsed.uuid) if parsed is not None and parsed.kind == "mig" else None
+        uuid = mig.parent.uuid if mig is not None else (parsed.gpu_uuid if parsed is not None else None)
         index = index_of.get(uuid) if uuid is not None else None
-        allocations.append(DeviceAllocation(owner, resource_name, device_id, uuid, index))
+        allocations.append(DeviceAllocation(owner, resource_name, device_id, uuid, index, mig))
     return tuple(sorted(allocations, key=lambda a: (a.owner.namespace, a.owner.pod, a.owner.container, a.device_id)))
 
 
@@ -76,7 +74,7 @@ def join_processes(
     """
     kept: list[AttributedProcess] = []
     dropped: dict[tuple[int, Reading[str]], int] = {}
-    usage: dict[tuple[Owner, int], list[AttributedProcess]] = defaultdict(list)
+    usage: dict[tuple[Owner, int, Reading[int], Reading[int]], list[AttributedProcess]] = defaultdict(list)
     for gpu in snapshot.gpus:
         if gpu.lost:
             continue
@@ -85,10 +83,10 @@ def join_processes(
         if len(rows) > cap_per_gpu:
             dropped[(gpu.index, gpu.uuid)] = len(rows) - cap_per_gpu
         for row in rows:
-            if row.owner.known:
-                usage[(row.owner, gpu.index)].append(row)
+            if row.owner.known:  # per GPU, and per MIG instance on a GPU in MIG mode
+                usage[(row.owner, gpu.index, row.gpu_instance_id, row.compute_instance_id)].append(row)
     pods = []
-    for (owner, _), rows in usage.items():
+    for (owner, _, gpu_instance, compute_instance), rows in usage.items():
         memory = [r.used_memory_bytes for r in rows if is_available(r.used_memory_bytes)]
         sm = [r.sm_utilization for r in rows if is_available(r.sm_utilization)]
         pods.append(
@@ -99,7 +97,15 @@ def join_processes(
                 used_memory_bytes=sum(memory) if memory else rows[0].used_memory_bytes,
                 sm_utilization=min(1.0, sum(sm)) if sm else rows[0].sm_utilization,
                 processes=len(rows),
+                gpu_instance_id=gpu_instance,
+                compute_instance_id=compute_instance,
             )
         )
-    pods.sort(key=lambda p: (p.owner.namespace, p.owner.pod, p.owner.container, p.gpu_index))
+    pods.sort(key=lambda p: (p.owner.namespace, p.owner.pod, p.owner.container, p.gpu_index,
+                             _order(p.gpu_instance_id), _order(p.compute_instance_id)))
     return tuple(kept), tuple(pods), dropped
+
+
+def _order(instance_id: Reading[int]) -> int:
+    """A sort key for an instance id: a whole GPU's (not supported) first."""
+    return instance_id if is_available(instance_id) else -1

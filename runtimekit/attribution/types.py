@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from runtimekit.gpu.types import Reading
+from runtimekit.gpu.types import NOT_SUPPORTED, Reading
+
+if TYPE_CHECKING:  # runtimekit.state imports this module: a runtime import would be circular
+    from runtimekit.state.refs import MigRef
 
 SOURCES = ("kubelet", "cri", "procfs")  # kubelet pod-resources, the CRI runtime, /proc
 
@@ -51,7 +55,8 @@ class DeviceAllocation:
 
     ``device_id`` is what the device plugin advertised: a GPU UUID, a MIG device UUID, or a
     shared replica such as ``GPU-…::3`` (time-slicing); ``gpu_uuid`` is the physical GPU's UUID
-    derived from it, None for a MIG device whose parent is not known yet.
+    derived from it: for a MIG device its parent's, found through the sampled MIG devices, None
+    while no sampled MIG device has that UUID. ``mig`` is that MIG device (None for other ids).
     """
 
     owner: Owner
@@ -59,6 +64,7 @@ class DeviceAllocation:
     device_id: str
     gpu_uuid: str | None
     gpu_index: int | None  # None when the GPU is not on this node's snapshot
+    mig: MigRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +90,17 @@ class AttributedProcess:
 
 @dataclass(frozen=True, slots=True)
 class PodGpuUsage:
-    """What one container does on one GPU, summed over all its processes there (never capped)."""
+    """What one container does on one GPU (on a GPU in MIG mode: in one MIG instance), summed over
+    all its processes there (never capped)."""
 
     owner: Owner
     gpu_index: int
     gpu_uuid: Reading[str]
     used_memory_bytes: Reading[int]  # Unavailable when NVML gave no process memory (e.g. some MIG setups)
-    sm_utilization: Reading[float]  # sum of its processes' SM ratios: its share of the GPU
+    sm_utilization: Reading[float]  # sum of its processes' SM ratios: its share of the GPU (not supported in MIG)
     processes: int
+    gpu_instance_id: Reading[int] = NOT_SUPPORTED  # the MIG instance (NVML's ids); not supported on a whole GPU
+    compute_instance_id: Reading[int] = NOT_SUPPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,4 +123,8 @@ class AttributionSnapshot:
     pods: tuple[PodGpuUsage, ...] = ()
     allocations: tuple[DeviceAllocation, ...] = ()
     sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))
+    # UIDs of the pods with a running container (the CRI runtime's ListContainers, refreshed every
+    # attribution.cri_refresh_seconds); None while the runtime's answer is unknown or too old. The
+    # slicer reclaims a pod's slices only when this is known and lacks the pod.
+    pod_uids: frozenset[str] | None = None
     dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))
