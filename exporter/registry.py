@@ -25,6 +25,7 @@ from runtimekit.exporter.collectors.ecc import EccCollector
 from runtimekit.exporter.collectors.health import HealthCollector
 from runtimekit.exporter.collectors.info import InfoCollector
 from runtimekit.exporter.collectors.memory import MemoryCollector
+from runtimekit.exporter.collectors.mig import MigCollector
 from runtimekit.exporter.collectors.modes import ModesCollector
 from runtimekit.exporter.collectors.nvlink import NvLinkCollector
 from runtimekit.exporter.collectors.pcie import PcieCollector
@@ -33,6 +34,7 @@ from runtimekit.exporter.collectors.power import PowerCollector
 from runtimekit.exporter.collectors.process import ProcessCollector
 from runtimekit.exporter.collectors.remap import RemapCollector
 from runtimekit.exporter.collectors.self import SelfCollector
+from runtimekit.exporter.collectors.slices import SlicesCollector
 from runtimekit.exporter.collectors.thermal import ThermalCollector
 from runtimekit.exporter.collectors.utilization import UtilizationCollector
 from runtimekit.exporter.collectors.xid import XidCollector
@@ -66,11 +68,13 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
     "nvlink": CollectorSpec(NvLinkCollector, True, "NVLink state, error and traffic counters per link"),
     "xid": CollectorSpec(XidCollector, True, "XID error counters per GPU and code"),
     "modes": CollectorSpec(ModesCollector, True, "compute, persistence and MIG modes"),
+    "mig": CollectorSpec(MigCollector, True, "MIG devices: identity, memory and compute slices per GPU instance"),
     # options: {"process": {"cmdline": True, "cmdline_redact": <regex>, "cmdline_max_length": 256}}
     "process": CollectorSpec(ProcessCollector, True, "GPU processes with their pod: GPU memory and busy ratios, CPU and resident memory, opt-in command line"),
     "pod": CollectorSpec(PodCollector, True, "per-container GPU memory, SM share and process count; devices allocated by the kubelet"),
     "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and the last refresh's time"),
     "health": CollectorSpec(HealthCollector, True, "health verdict per GPU and node, active faults, fault events and state transitions"),
+    "slices": CollectorSpec(SlicesCollector, True, "slices: identity, compute and memory quotas against use, health and faults per slice; each card's slicing mode"),
 }
 
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)

@@ -1,4 +1,10 @@
-"""``GET /api/v1/health``: the node's and each GPU's health verdict as JSON.
+"""``GET /api/v1/health``: the node's, each GPU's and each slice's health verdict as JSON.
+
+Each GPU lists the faults that hold the card (``faults``) and those its MIG instances hold
+(``instance_faults``: they change neither its state nor its schedulability). Each slice
+(``slices``) lists its own faults — its instance's and its isolation findings — its state (never
+better than its card's), and what its processes use (``memory_used_bytes``, ``utilization`` as a
+ratio 0..1 of the card's SM time; null where it cannot be measured).
 
 Read from ``NodeState.health`` (published by the checker) and ``NodeState.attribution`` (which pods
 the faults touch); the handler never evaluates anything itself. Before the first evaluation it
@@ -17,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from runtimekit.attribution.types import AttributionSnapshot
-from runtimekit.healthcheck.types import ActiveFault, GpuHealth
+from runtimekit.healthcheck.types import ActiveFault, GpuHealth, SliceHealth
 from runtimekit.state import NodeState
 from runtimekit.state.health import plausible_time
 
@@ -92,7 +98,23 @@ def render_gpu(gpu: GpuHealth, attribution: AttributionSnapshot | None) -> dict[
         "schedulable": gpu.schedulable,
         "action": gpu.action,
         "faults": [render_fault(f) for f in gpu.faults],
+        "instance_faults": [render_fault(f) for f in gpu.instance_faults],
         "pods": affected_pods(gpu.uuid, attribution),
+    }
+
+
+def render_slice(slice_: SliceHealth) -> dict[str, Any]:
+    return {
+        "id": slice_.id,
+        "gpu": slice_.gpu_index,
+        "uuid": slice_.gpu_uuid,
+        "gpu_instance_id": slice_.gpu_instance_id,
+        "state": slice_.state,
+        **_times("since", slice_.since),
+        "action": slice_.action,
+        "faults": [render_fault(f) for f in slice_.faults],
+        "memory_used_bytes": slice_.memory_used_bytes,
+        "utilization": slice_.utilization,
     }
 
 
@@ -107,4 +129,5 @@ def render_health(verdict: Any, attribution: AttributionSnapshot | None) -> dict
         **_times("evaluated_at", verdict.evaluated_at),
         "evaluation_cpu_seconds": verdict.detector_seconds,
         "gpus": [render_gpu(gpu, attribution) for gpu in verdict.gpus],
+        "slices": [render_slice(s) for s in verdict.slices],
     }

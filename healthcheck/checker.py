@@ -30,6 +30,10 @@ polled checks read the sampler's snapshot, event checks the XIDs of the same vie
   (never on the loop). A change — the node rebooted under a running agent, or ``runtimekit sim
   reboot`` — is applied to that evaluation exactly as at start: faults that clear on a reboot or a
   GPU reset clear, and the records of GPUs gone are retired.
+- Slices (``healthcheck/slices.py``): the slices detector's findings (``Finding.slice_id``) go to the
+  slice machine, not the GPU machine; after each step the slice machine gives every slice of the
+  view's slices topic its verdict (``NodeHealth.slices``) from those, its MIG instance's faults
+  and its card's state. A new slice gets its verdict at the next evaluation (the next sample).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Any
 from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
+from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
 from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
 from runtimekit.healthcheck.types import DetectorInput, Finding
 from runtimekit.state import SAMPLE, XIDS, NodeState, NodeView
@@ -119,6 +124,7 @@ class HealthChecker:
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health")
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="runtimekit-health-store")
         self._machine = MachineState()
+        self._slices: Mapping[str, SliceRecord] = {}  # the slice machine's records (healthcheck/slices.py)
         self._detector_states: Mapping[str, Any] = {}
         self._expected_seen = 0
         self._boot_id_changed = False
@@ -187,7 +193,7 @@ class HealthChecker:
         previous = self._previous if sampled else snapshot
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
-            expected_gpus=self.expected_gpus, config=self._thresholds,
+            expected_gpus=self.expected_gpus, config=self._thresholds, slices=view.slices, attribution=view.attribution,
         )
         outcome, failure = await self._detect(data)
         if outcome is not None:
@@ -202,17 +208,23 @@ class HealthChecker:
             resets, sampled, cpu = frozenset(), False, 0.0
             findings = (default_policy().node_finding(CHECK_FAILED, failure),)
         identified = tuple((g.index, uuid) for g in snapshot.gpus if is_available(uuid := g.uuid))
-        findings = (*findings, *self._state_unknown(identified), *self._unwritable())
-        result = step(self._machine, MachineInput(
+        on_slices = tuple(f for f in findings if f.slice_id is not None)
+        findings = (*(f for f in findings if f.slice_id is None), *self._state_unknown(identified), *self._unwritable())
+        machine_input = MachineInput(
             now=now, findings=findings, gpus=identified,
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
             inventory=sampled and snapshot.nvml_up,
-        ))
+        )
+        result = step(self._machine, machine_input)
         self._boot_id_changed = False
         self._machine = result.state
-        _log_step(result)
+        usage = {i: slice_usage(s, snapshot, view.attribution) for i, s in view.slices.slices.items()}
+        sliced = step_slices(self._slices, view.slices, on_slices, result.state, machine_input, usage)
+        self._slices = sliced.records
+        _log_step(result, sliced.transitions)
         await self._persist()
-        self._state.publish_health(replace(node_health(result.state, now, cpu), xid_sequence=self._xid_done))
+        self._state.publish_health(replace(node_health(result.state, now, cpu), xid_sequence=self._xid_done,
+                                           slices=sliced.health))
         self.evaluations += 1
         return True
 
@@ -307,7 +319,7 @@ def _consume(future: asyncio.Future) -> None:
         future.exception()
 
 
-def _log_step(result: Step) -> None:
+def _log_step(result: Step, slice_transitions: tuple[str, ...] = ()) -> None:
     for index, uuid, fault in result.new_faults:
         log.info("%s: %s %s active (%s; clears: %s): %s", who(index, uuid), fault.severity, fault.fault,
                  fault.action, fault.clears, fault.evidence)
@@ -318,3 +330,5 @@ def _log_step(result: Step) -> None:
     for transition in result.transitions:
         worse = STATE_ORDER[transition.to_state] > STATE_ORDER[transition.from_state]
         log.log(logging.WARNING if worse else logging.INFO, "%s", transition.describe())
+    for line in slice_transitions:
+        log.info("%s", line)

@@ -20,6 +20,11 @@ Rules (gpu-faults.md §6, §7):
   not an agent restart — clears a fault.
 - Event-only evaluations (an XID between two samples) add and refresh faults but never count as a
   clean sample: only a new sample can say a signal is gone.
+- A fault raised in a MIG instance whose policy scopes it to the instance (``scope: instance``;
+  ``ActiveFault.instance_scoped``) is held on the GPU's record (persisted, cleared by its rule like
+  any other) but sets neither the GPU's state nor its action: the slice made of that instance
+  carries it (healthcheck/slices.py). Card-wide faults (the policy's default scope) hold the card
+  even when the event named an instance.
 - Node-level findings (``Finding.node_level``: no GPU index, no UUID — NVML down, fewer GPUs than
   expected, the checker failing) go to the node's own record (``NodeRecord``, which has no GPU
   identity); they follow the same rules and make the node suspect or unhealthy by severity. Their
@@ -177,7 +182,7 @@ def step(state: MachineState, data: MachineInput) -> Step:
     counts = dict(state.transitions_total)
 
     def advance(record: Record, findings: list[Finding], reset: bool) -> Record:
-        faults, added, gone = _merge(record.faults, findings, data, reset)
+        faults, added, gone = merge_faults(record.faults, findings, data, reset)
         index, uuid = (record.index, record.uuid) if isinstance(record, GpuRecord) else (None, None)
         for fault in added:
             if uuid is None:
@@ -187,9 +192,9 @@ def step(state: MachineState, data: MachineInput) -> Step:
                 events[key] = events.get(key, 0) + 1
             new_faults.append((index, uuid, fault))
         cleared.extend((index, uuid, fault) for fault in gone)
-        new_state = _state_of(faults, record.state)
+        new_state = state_of(card_faults(faults), record.state)
         if new_state != record.state:
-            transitions.append(Transition(index, uuid, record.state, new_state, _reason(faults, gone, new_state)))
+            transitions.append(Transition(index, uuid, record.state, new_state, reason_for(card_faults(faults), card_faults(gone), new_state)))
             if uuid is not None:
                 key = (uuid, record.state, new_state)
                 counts[key] = counts.get(key, 0) + 1
@@ -244,10 +249,11 @@ def _key(fault: ActiveFault) -> FaultKey:
     return (fault.fault, fault.gpu_instance_id)
 
 
-def _merge(
+def merge_faults(
     held: tuple[ActiveFault, ...], findings: Iterable[Finding], data: MachineInput, reset: bool
 ) -> tuple[tuple[ActiveFault, ...], list[ActiveFault], list[ActiveFault]]:
-    """(faults now held, faults that became active or changed severity, faults that cleared)."""
+    """(faults now held, faults that became active or changed severity, faults that cleared): one
+    record's faults (a GPU's, the node's, a slice's) after this evaluation's ``findings``."""
     faults: dict[FaultKey, ActiveFault] = {}
     gone: list[ActiveFault] = []
     for h in held:  # 1. what a reset or reboot clears (before this evaluation's findings)
@@ -267,7 +273,7 @@ def _merge(
         faults[key] = ActiveFault(
             fault=f.fault, severity=f.severity, action=f.action, evidence=f.evidence, clears=f.clears,
             first_seen=prior.first_seen if prior else data.now, last_seen=data.now, gpu_instance_id=f.gpu_instance_id,
-            fault_class=f.fault_class, schedulable=f.schedulable,
+            fault_class=f.fault_class, schedulable=f.schedulable, scope=f.scope,
         )
         was = before.get(key)
         if was is None or was.severity != f.severity:
@@ -291,7 +297,15 @@ def _rank(severity: str) -> int:
     return {INFO: 0, WARNING: 1, CRITICAL: 2}.get(severity, 0)
 
 
-def _state_of(faults: tuple[ActiveFault, ...], previous: str) -> str:
+def card_faults(faults: Iterable[ActiveFault]) -> tuple[ActiveFault, ...]:
+    """The faults that hold the card: all but those scoped to one MIG instance (``instance_scoped``),
+    which set no state, action or schedulability of the GPU's (their slice's, healthcheck/slices.py)."""
+    return tuple(f for f in faults if not f.instance_scoped)
+
+
+def state_of(faults: tuple[ActiveFault, ...], previous: str) -> str:
+    """The state ``faults`` give a record that was ``previous``: critical -> unhealthy, warning ->
+    suspect, a fault still clearing -> recovering (from a worse state), else healthy."""
     current = {h.severity for h in faults if h.current}
     if CRITICAL in current:
         return UNHEALTHY
@@ -303,7 +317,8 @@ def _state_of(faults: tuple[ActiveFault, ...], previous: str) -> str:
     return HEALTHY
 
 
-def _reason(faults: tuple[ActiveFault, ...], gone: list[ActiveFault], new_state: str) -> str:
+def reason_for(faults: tuple[ActiveFault, ...], gone: Iterable[ActiveFault], new_state: str) -> str:
+    """Why a record entered ``new_state``, in words, from its faults and those that cleared."""
     if new_state in (UNHEALTHY, SUSPECT):
         wanted = CRITICAL if new_state == UNHEALTHY else WARNING
         return "; ".join(f"{h.fault}: {h.evidence}" for h in faults if h.current and h.severity == wanted)
@@ -324,8 +339,11 @@ def _action(faults: tuple[ActiveFault, ...]) -> str:
 
 
 def gpu_health(record: GpuRecord) -> GpuHealth:
-    return GpuHealth(index=record.index, uuid=record.uuid, state=record.state, faults=record.faults,
-                     since=record.since, action=_action(record.faults))
+    """The GPU's verdict: its card faults set state and action; its instances' faults ride along."""
+    held = card_faults(record.faults)
+    return GpuHealth(index=record.index, uuid=record.uuid, state=record.state, faults=held,
+                     since=record.since, action=_action(held),
+                     instance_faults=tuple(f for f in record.faults if f.instance_scoped))
 
 
 def node_health(state: MachineState, now: float, detector_seconds: float = 0.0) -> NodeHealth:

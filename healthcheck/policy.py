@@ -23,11 +23,14 @@ from runtimekit.config import ConfigError, Key, validate
 from runtimekit.documents import DocumentError, load_yaml_file
 from runtimekit.healthcheck.types import (
     ACTIONS,
+    CARD,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
     CLEARS_WHEN_CLEAN,
     CRITICAL,
     INFO,
+    INSTANCE,
+    SCOPES,
     SEVERITIES,
     Finding,
 )
@@ -39,7 +42,8 @@ CLASSES = ("memory", "nvlink", "firmware", "bus", "driver", "thermal", "power", 
            APPLICATION, "informational", "agent")
 CLEARS = (CLEARS_WHEN_CLEAN, CLEARS_ON_RESET, CLEARS_ON_REBOOT)
 DETECTORS = ("lost_card", "driver", "ecc", "nvlink", "memory_leak", "compute_mode", "thermal_power", "pcie",
-             "checker")
+             "slices", "checker")
+SLICES = "slices"  # the detector whose faults are on a slice (healthcheck/detectors/slices.py)
 XID_OWNERS = ("driver", "ecc", "lost_card")  # detectors that turn an XID into a finding
 REPEATED = "xid_repeated"  # the fault raised for xid_<code>_repeated
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -60,7 +64,9 @@ POLICY_KEYS: dict[str, Key] = {
     "class": Key(str, None, "the kind of fault (exported as the class label)", allowed=CLASSES),
     "schedulable": Key(bool, None, "new work may still be placed on the GPU"),
     "clears": Key(str, None, "how the fault clears once its signal is gone", allowed=CLEARS),
+    "scope": Key(str, None, "raised in a MIG instance: holds the card (default) or only the instance", allowed=SCOPES),
 }
+OPTIONAL = ("scope",)  # policy keys an entry may leave out (scope: card)
 FAULT_KEYS: dict[str, Key] = {
     "detector": Key(str, None, "the detector that raises the fault", allowed=DETECTORS),
     **POLICY_KEYS,
@@ -89,6 +95,7 @@ class FaultPolicy:
     fault_class: str
     schedulable: bool
     clears: str
+    scope: str = CARD  # INSTANCE: raised in a MIG instance, it holds only that instance (and its slice)
 
     @property
     def rank(self) -> tuple[int, int, int]:
@@ -162,12 +169,14 @@ class Policy:
         return best
 
     def finding(self, gpu_index: int, uuid: str, fault: str, evidence: str, gpu_instance_id: int | None = None,
-                policy: FaultPolicy | None = None) -> Finding:
+                policy: FaultPolicy | None = None, slice_id: str | None = None) -> Finding:
         """A finding of ``fault`` on GPU ``gpu_index`` (``uuid``) with its policy (or ``policy``, for
-        XIDs that follow another's)."""
+        XIDs that follow another's); raised in MIG instance ``gpu_instance_id``, or on slice
+        ``slice_id``. The policy's ``scope`` travels with it: whether an instance's fault holds the card
+        or only the instance is decided here, once (``ActiveFault.instance_scoped``)."""
         p = policy or self.fault(fault)
         return Finding(gpu_index, uuid, fault, p.severity, p.action, evidence, p.clears, gpu_instance_id,
-                       p.fault_class, p.schedulable)
+                       p.fault_class, p.schedulable, p.scope, slice_id)
 
     def node_finding(self, fault: str, evidence: str, policy: FaultPolicy | None = None) -> Finding:
         """A node-level finding of ``fault`` (no GPU: ``gpu_index`` and ``uuid`` are None)."""
@@ -190,10 +199,15 @@ def _fields(where: str, raw: Any, keys: Mapping[str, Key]) -> dict[str, Any]:
 
 def _policy(where: str, name: str, detector: str, values: Mapping[str, Any]) -> FaultPolicy:
     for key in POLICY_KEYS:
-        if key not in values:
+        if key not in values and key not in OPTIONAL:
             raise PolicyError(f"{where}.{key}: missing")
     p = FaultPolicy(name, detector, values["severity"], values["action"], values["class"], values["schedulable"],
-                    values["clears"])
+                    values["clears"], values.get("scope", CARD))
+    if detector == SLICES and p.scope != INSTANCE:
+        raise PolicyError(f"{where}.scope: a slice's fault is held by the slice, never the card: must be instance")
+    if detector not in (SLICES, *XID_OWNERS) and p.scope == INSTANCE:
+        raise PolicyError(f"{where}.scope: only an XID names a MIG instance; the {detector} detector's faults "
+                          "hold the card: must be card")
     if p.severity == CRITICAL and p.schedulable:
         raise PolicyError(f"{where}.schedulable: a critical fault makes the GPU unhealthy, it cannot be schedulable")
     if p.severity == INFO and (not p.schedulable or p.clears != CLEARS_WHEN_CLEAN):

@@ -5,7 +5,8 @@ what the agent does with a file it cannot read are the store's (``healthcheck/st
 **Fields** (schema version 2; times in unix seconds): ``version``; ``saved_at``; ``boot_id`` (the
 node's boot id when written); ``expected_gpus`` (the most GPUs ever seen: lost-card detection
 compares against it); ``gpus``, per GPU ``index``, ``uuid``, ``state``, ``since``, ``retired`` and
-its active ``faults`` (``ActiveFault``'s fields, with ``first_seen`` and ``last_seen``); ``node``,
+its active ``faults`` (``ActiveFault``'s fields, with ``first_seen`` and ``last_seen``; ``scope``,
+``card`` or ``instance``, is read as ``card`` when absent, as files written before it have it); ``node``,
 the node-level ``state``, ``since`` and ``faults`` (it names no GPU); ``transitions_total`` and
 ``fault_events_total`` per GPU uuid, and the node's ``node_fault_events_total``; ``detectors``,
 each detector's JSON-friendly state by name.
@@ -39,7 +40,7 @@ from typing import Any
 
 from runtimekit.documents import DocumentError
 from runtimekit.healthcheck.machine import GpuRecord, MachineState, NodeRecord
-from runtimekit.healthcheck.types import SEVERITIES, STATES, ActiveFault
+from runtimekit.healthcheck.types import CARD, SCOPES, SEVERITIES, STATES, ActiveFault
 from runtimekit.state.health import plausible_time
 
 SCHEMA_VERSION = 2
@@ -172,6 +173,7 @@ def _decode_faults(items: Any) -> tuple[ActiveFault, ...]:
             clean_samples=int(f.get("clean_samples", 0)),
             fault_class=str(f.get("fault_class", "")),
             schedulable=None if f.get("schedulable") is None else bool(f["schedulable"]),
+            scope=_scope(f.get("scope", CARD)),
         )
         faults.append(fault)
     return tuple(faults)
@@ -203,6 +205,12 @@ def _time(value: Any, name: str) -> float:
 def _state(value: Any) -> str:
     if value not in STATES:
         raise StoreFormatError(f"unknown state {value!r}")
+    return value
+
+
+def _scope(value: Any) -> str:
+    if value not in SCOPES:
+        raise StoreFormatError(f"unknown scope {value!r} (one of {', '.join(SCOPES)})")
     return value
 
 

@@ -121,6 +121,13 @@ class PcieThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class SlicesThresholds:
+    compute_over_share_seconds: float = setting(
+        REQUIRED, "seconds a slice's SM share stays above its compute share before a finding", above(0)
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Thresholds:
     """Every section, under its detector's name (the top level of thresholds.yaml)."""
 
@@ -133,6 +140,7 @@ class Thresholds:
     compute_mode: ComputeModeThresholds
     thermal_power: ThermalPowerThresholds
     pcie: PcieThresholds
+    slices: SlicesThresholds
 
 
 #: section name -> its dataclass (derived from ``Thresholds``).

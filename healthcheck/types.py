@@ -11,12 +11,14 @@ hysteresis, and remembers what must survive a restart.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 from runtimekit.state.health import (  # noqa: F401 - re-exported: the detectors' vocabulary
     ACTIONS,
+    CARD,
     CLEARS_ON_REBOOT,
     CLEARS_ON_RESET,
     CLEARS_WHEN_CLEAN,
@@ -24,11 +26,13 @@ from runtimekit.state.health import (  # noqa: F401 - re-exported: the detectors
     DRAIN_AND_RESET_GPU,
     HEALTHY,
     INFO,
+    INSTANCE,
     NONE,
     REBOOT_NODE,
     RECOVERING,
     REPLACE_NODE,
     RESTART_APPLICATION,
+    SCOPES,
     SEVERITIES,
     STATES,
     SUSPECT,
@@ -37,7 +41,9 @@ from runtimekit.state.health import (  # noqa: F401 - re-exported: the detectors
     ActiveFault,
     GpuHealth,
     NodeHealth,
+    SliceHealth,
 )
+from runtimekit.state.slices import SliceTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +52,11 @@ class Finding:
 
     ``fault`` is a stable snake_case class name (``ecc_uncorrectable``, ``nvlink_down``, …);
     ``evidence`` says what was seen, in words and numbers an operator can check; ``clears`` is
-    one of the CLEARS_* rules. ``gpu_instance_id`` narrows it to a MIG instance when the fault is
-    attributable to one. Severity, action, clears, ``fault_class`` and ``schedulable`` come from the
-    fault policy (``healthcheck/policy.yaml``, through ``policy.finding``); detectors never choose
+    one of the CLEARS_* rules. ``gpu_instance_id`` names the MIG instance the fault was raised in;
+    ``scope`` (the policy's) says whether it then holds only that instance (``INSTANCE``) or the card.
+    ``slice_id`` puts it on a slice instead of the GPU (the slices detector's isolation findings:
+    the slice machine holds them, healthcheck/slices.py). Severity, action, clears, ``fault_class``,
+    ``schedulable`` and ``scope`` come from the fault policy (``healthcheck/policy.yaml``, through ``policy.finding``); detectors never choose
     them.
 
     ``gpu_index`` and ``uuid`` name the GPU; both are None for a node-level finding (NVML down,
@@ -67,6 +75,8 @@ class Finding:
     gpu_instance_id: int | None = None
     fault_class: str = ""
     schedulable: bool | None = None  # None: derived from the severity (critical: not schedulable)
+    scope: str = CARD  # the policy's scope of a fault raised in a MIG instance
+    slice_id: str | None = None  # a finding on a slice (the slices detector), not on the GPU
 
     def __post_init__(self) -> None:
         if (self.gpu_index is None) != (self.uuid is None):
@@ -87,7 +97,8 @@ class DetectorInput:
 
     ``previous`` is the snapshot before (None at the first run); ``expected_gpus`` is how many
     GPUs the node is known to have (remembered across restarts); ``config`` is the detector's own
-    thresholds (commented data, ``healthcheck/thresholds.yaml``).
+    thresholds (commented data, ``healthcheck/thresholds.yaml``). ``slices`` (the slices topic) and
+    ``attribution`` (who owns each process) are what the slices detector measures slices by.
     """
 
     now: float
@@ -96,6 +107,8 @@ class DetectorInput:
     xids: tuple[XidEvent, ...]
     expected_gpus: int
     config: Mapping[str, Any]
+    slices: SliceTable = field(default_factory=SliceTable)
+    attribution: AttributionSnapshot | None = None
 
 
 class Detector(Protocol):

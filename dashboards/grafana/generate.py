@@ -93,6 +93,22 @@ DASHBOARDS = {
          [("GPU {{gpu}} XID {{xid}}", f"sum by (gpu, xid) (rate(runtimekit_gpu_xid_errors_total{{{GPU}}}[$__rate_interval]))")]),
         ("Health evaluation CPU", "timeseries", "s", [("{{node}}", f"runtimekit_health_evaluation_seconds{{{NODE}}}")]),
     ]),
+    "runtimekit-slices": ("Runtime Kit / Slices: quota against use", [
+        ("Slice memory: used against quota", "timeseries", "bytes",
+         [("{{slice}} used", f"runtimekit_slice_memory_used_bytes{{{GPU}}}"),
+          ("{{slice}} quota", f"runtimekit_slice_memory_quota_bytes{{{GPU}}}")]),
+        ("Slice memory used, share of its quota", "timeseries", "percentunit",
+         [("{{slice}}", f"runtimekit_slice_memory_used_bytes{{{GPU}}} / on (job, instance, slice) "
+                        f"runtimekit_slice_memory_quota_bytes{{{GPU}}}")]),
+        ("Slice compute: SM share against its compute share", "timeseries", "percentunit",
+         [("{{slice}} SM share", f"runtimekit_slice_utilization_ratio{{{GPU}}}"),
+          ("{{slice}} compute share", f"runtimekit_slice_compute_quota_ratio{{{GPU}}}")]),
+        ("Slices by health state", "stat", "none", [("{{state}}", f"sum by (state) (runtimekit_slice_health{{{GPU}}})")]),
+        ("Slice health", "table", "none", [("", f"runtimekit_slice_health{{{GPU}}} == 1")]),
+        ("Slices", "table", "none", [("", f"runtimekit_slice_info{{{GPU}}}")]),
+        ("Card slicing modes", "table", "none", [("", f"runtimekit_device_mode{{{GPU}}} == 1")]),
+        ("MIG devices", "table", "none", [("", f"runtimekit_gpu_mig_device_info{{{GPU}}}")]),
+    ]),
 }
 
 

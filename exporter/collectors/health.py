@@ -111,7 +111,9 @@ def _policy_labels(fault: ActiveFault) -> list[str]:
 
 
 def _unique(faults: Iterable[ActiveFault]) -> Iterator[ActiveFault]:
-    """One series per label set: faults held per MIG instance are one fault on the GPU."""
+    """One series per label set: a card-wide fault raised from several MIG instances is one fault on
+    the GPU. (Instance-scoped faults are not the GPU's: ``GpuHealth.instance_faults``, exported per
+    slice by the slices collector.)"""
     seen = set()
     for fault in faults:
         key = tuple(_policy_labels(fault))

@@ -11,7 +11,8 @@ process_memory_growth), driver (nvml_down, nvml_errors, xid_<code>, xid_<code>_r
 recovery_<action>), nvlink (nvlink_down, nvlink_recovery_errors, nvlink_errors,
 nvlink_error_storm), compute_mode (compute_mode_prohibited, compute_mode_drift), thermal_power
 (thermal_slowdown, thermal_slowdown_sustained, power_brake), pcie (pcie_width_degraded,
-pcie_generation_degraded). Severity, action, class and clearing of each: ``healthcheck/policy.yaml``.
+pcie_generation_degraded), slices (slice_memory_over_quota, slice_compute_over_share: on a slice,
+held by the slice machine, healthcheck/slices.py). Severity, action, class and clearing of each: ``healthcheck/policy.yaml``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .lost_card import lost_card
 from .memory_leak import memory_leak
 from .nvlink import nvlink
 from .pcie import pcie
+from .slices import slices
 from .thermal_power import thermal_power
 
 # The parts of detector states the store writes as soon as they change (the rest at most every
@@ -41,7 +43,7 @@ DURABLE: dict[str, tuple[str, ...]] = {
 }
 
 DETECTORS: tuple[Detector, ...] = (
-    lost_card, driver, ecc, nvlink, memory_leak, thermal_power, pcie, compute_mode,  # type: ignore[assignment]
+    lost_card, driver, ecc, nvlink, memory_leak, thermal_power, pcie, compute_mode, slices,  # type: ignore[assignment]
 )
 
 

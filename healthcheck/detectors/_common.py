@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
 from runtimekit.healthcheck.policy import default_policy
-from runtimekit.healthcheck.types import ACTIONS, SEVERITIES, Finding
+from runtimekit.healthcheck.types import ACTIONS, CARD, SEVERITIES, Finding
 
 CLEARS_ORDER = ("clean_samples", "gpu_reset", "node_reboot")
 T = TypeVar("T")
@@ -82,11 +82,12 @@ def extend_run(run: Any, condition: bool | None, at: float, new_sample: bool) ->
 
 
 def merge(findings: Iterable[Finding]) -> list[Finding]:
-    """One finding per (GPU or node, instance, fault): the strongest severity, action and clearing
-    rule, the evidence of all joined. Order of first appearance is kept."""
-    merged: dict[tuple[int | None, str | None, int | None, str], Finding] = {}
+    """One finding per (GPU or node, instance, slice, fault): the strongest severity, action and
+    clearing rule, the evidence of all joined; held by the card if either is. Order of first
+    appearance is kept."""
+    merged: dict[tuple[int | None, str | None, int | None, str | None, str], Finding] = {}
     for f in findings:
-        key = (f.gpu_index, f.uuid, f.gpu_instance_id, f.fault)
+        key = (f.gpu_index, f.uuid, f.gpu_instance_id, f.slice_id, f.fault)
         old = merged.get(key)
         if old is None:
             merged[key] = f
@@ -102,6 +103,8 @@ def merge(findings: Iterable[Finding]) -> list[Finding]:
             old.fault_class or f.fault_class,
             None if old.schedulable is None and f.schedulable is None
             else bool(old.schedulable is not False and f.schedulable is not False),
+            CARD if CARD in (old.scope, f.scope) else f.scope,
+            f.slice_id,
         )
     return list(merged.values())
 

@@ -42,6 +42,14 @@ STATES = (HEALTHY, SUSPECT, UNHEALTHY, RECOVERING)
 # back with this rule (anything else is an unreadable entry) and the health API renders by it.
 LATEST_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
+# What a fault raised in a MIG GPU instance holds (the fault policy's ``scope``): the whole card
+# (lost card, uncorrectable ECC, row-remap failure, NVLink, the card's firmware) or only that
+# instance — then it sets the state of the instance's slice, never the card's (docs/health.md,
+# "Slices").
+CARD = "card"
+INSTANCE = "instance"
+SCOPES = (CARD, INSTANCE)
+
 
 def plausible_time(value: object) -> bool:
     """Whether ``value`` is a time a verdict can hold: a finite number of unix seconds in
@@ -65,6 +73,13 @@ class ActiveFault:
     clean_samples: int = 0  # consecutive sampled evaluations without the signal (CLEARS_WHEN_CLEAN)
     fault_class: str = ""  # the fault policy's class (memory, nvlink, thermal, power, ...); "" if unknown
     schedulable: bool | None = None  # the policy's word; None: derived from the severity (critical: no)
+    scope: str = CARD  # the policy's scope: INSTANCE faults with a gpu_instance_id hold only that instance
+
+    @property
+    def instance_scoped(self) -> bool:
+        """Held by one MIG instance (and its slice), not by the card: the policy scopes the fault to
+        the instance and the event named one."""
+        return self.scope == INSTANCE and self.gpu_instance_id is not None
 
     @property
     def current(self) -> bool:
@@ -85,6 +100,9 @@ class GpuHealth:
     faults: tuple[ActiveFault, ...] = ()
     since: float = 0.0  # when the GPU entered ``state``
     action: str = NONE  # the strongest action of its active faults
+    # Faults held by the GPU's MIG instances (``ActiveFault.instance_scoped``): they set neither the
+    # GPU's state, action nor schedulability; the slice made of the instance carries them.
+    instance_faults: tuple[ActiveFault, ...] = ()
 
     @property
     def schedulable(self) -> bool:
@@ -92,6 +110,29 @@ class GpuHealth:
         state allows it and every fault whose signal is there keeps it schedulable by the policy."""
         return self.state in (HEALTHY, SUSPECT, RECOVERING) and all(
             f.keeps_schedulable for f in self.faults if f.current)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceHealth:
+    """One slice's verdict (``runtimekit.state.slices.Slice``; computed by healthcheck/slices.py).
+
+    ``faults`` are the slice's own: the faults its MIG instance holds (``gpu_instance_id``) and the
+    isolation findings on it (``slice_memory_over_quota``, ``slice_compute_over_share``). ``state``
+    is the worse of what those give and its card's state: a slice is never healthier than its card,
+    whose faults stay on the card (``GpuHealth``). ``memory_used_bytes`` is what the slice's
+    processes hold on the card (bytes) and ``utilization`` their share of its SM time (ratio 0..1):
+    None where it cannot be measured (a TDM slice of a free owner, MIG's per-process SM time)."""
+
+    id: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_instance_id: int | None
+    state: str
+    faults: tuple[ActiveFault, ...] = ()
+    since: float = 0.0  # when the slice entered ``state`` (since the agent started: not persisted)
+    action: str = NONE  # the strongest action of its own faults whose signal is there
+    memory_used_bytes: int | None = None
+    utilization: float | None = None
 
 
 # Node-level faults of the health state file (raised by healthcheck/store.py), named here because
@@ -116,6 +157,7 @@ class NodeHealth:
     detector_seconds: float = 0.0  # CPU the last evaluation took
     faults: tuple[ActiveFault, ...] = ()  # node-level faults (NVML down, GPUs missing, the checker failing)
     node_fault_events_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # node: (fault, severity)
+    slices: tuple[SliceHealth, ...] = ()  # one per slice of the slices topic; they never set the node's state
     # The newest XID (NodeView.xids sequence) this verdict includes: a restarted checker starts
     # after it, so XIDs already judged are never judged twice.
     xid_sequence: int = 0

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from exporter_factories import (
@@ -37,8 +38,12 @@ from runtimekit.exporter.collectors.process import REDACTED, CommandRedactor, Pr
 from runtimekit.exporter.exposition import ExpositionCache
 from runtimekit.exporter.registry import COLLECTORS, ViewCollector, build_collector_set, build_registry
 from runtimekit.exporter.timing import CollectorSet
-from runtimekit.gpu.types import NOT_SUPPORTED, RetiredPages, Thermal, Unavailable
+from runtimekit.gpu.types import NOT_SUPPORTED, MigDevice, Modes, RetiredPages, Thermal, Unavailable
 from runtimekit.state import ComponentStatus
+from runtimekit.state.health import ActiveFault, SliceHealth
+from runtimekit.state.refs import GpuRef, MigRef
+from runtimekit.state.slices import DeviceModeInfo, Slice, SliceSpec, SliceTable
+from runtimekit.state.slices import Owner as SliceOwner
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 DOCS = Path(__file__).parents[2] / "docs" / "metrics.md"
@@ -253,7 +258,7 @@ def test_non_utf8_cmdline_does_not_break_the_exposition():
 def test_pod_usage_families():
     usage = make_pod_usage(0, used_memory_bytes=12 * GiB, sm_utilization=0.85, processes=3)
     series = render(state_with(make_attribution(pods=(usage,))))
-    labels = {**TRAINER_LABELS, "gpu": "0", "uuid": uuid_for(0)}
+    labels = {**TRAINER_LABELS, "gpu": "0", "uuid": uuid_for(0), "gpu_instance": "", "compute_instance": ""}
     assert [s.labels for s in series["runtimekit_pod_gpu_memory_used_bytes"]] == [labels]
     assert one(series, "runtimekit_pod_gpu_memory_used_bytes", **labels) == 12 * GiB
     assert one(series, "runtimekit_pod_gpu_utilization_ratio", **labels) == 0.85
@@ -328,11 +333,26 @@ def full_state():
     """The card test suite's full node, plus attribution exercising every new family."""
     pre_ampere = make_gpu(2, retired_pages=RetiredPages(single_bit_ecc=1, double_bit_ecc=0, pending=True))
     pcie_card = make_gpu(4, thermal=Thermal(gpu_celsius=55.0, memory_celsius=NOT_SUPPORTED, fan_speed_ratio=0.42))
-    gpus = (make_gpu(0), make_gpu(1, link_count=18), pre_ampere, make_lost_gpu(3), pcie_card)
+    mig_device = MigDevice(
+        ref=MigRef(GpuRef(uuid_for(5), 5), 1, 0, "MIG-11111111-2222-3333-4444-555555555555"), index=0, profile="1g.10gb",
+        profile_id=19, placement_start=0, compute_slices=1, multiprocessors=14, memory_total_bytes=10 * GiB, memory_used_bytes=GiB,
+    )
+    mig_card = make_gpu(5, modes=Modes(compute_mode="default", persistence_mode=True, mig_mode_current=True, mig_mode_pending=True),
+                        utilization=None, processes=(), mig_devices=(mig_device,))
+    gpus = (make_gpu(0), make_gpu(1, link_count=18), pre_ampere, make_lost_gpu(3), pcie_card, mig_card)
     state = make_state(make_snapshot(gpus), xids={(0, uuid_for(0), 48): 1, (3, uuid_for(3), 79): 2})
     state.publish_attribution(make_full_attribution())
-    state.publish_health(make_health())  # the health families, so the docs table can be checked in full
+    over = ActiveFault("slice_memory_over_quota", "warning", "restart_application", "3 GiB held, 2 GiB quota", "clean_samples",
+                       first_seen=1.0, last_seen=2.0, fault_class="isolation")
+    state.publish_health(make_health(slices=(SliceHealth(SLICE.id, 0, uuid_for(0), None, "suspect", (over,),
+                                                         memory_used_bytes=3 * GiB, utilization=0.2),)))  # in full
+    state.publish_slices(SliceTable(slices=MappingProxyType({SLICE.id: SLICE}),
+                                    devices=MappingProxyType({0: DeviceModeInfo(GpuRef(uuid_for(0), 0), "tdm")})))
     return state
+
+
+SLICE = Slice(id="s-00000000000a", spec=SliceSpec(mode="tdm", compute=50, memory_mib=2048, owner=SliceOwner(owner_id="docs")),
+              gpu=GpuRef(uuid_for(0), 0), state="ready", created_at=1.0, compute=50, memory_mib=2048)
 
 
 def full_registry():
