@@ -20,6 +20,7 @@ from pathlib import Path
 from runtimekit import __version__
 from runtimekit import config as config_module
 from runtimekit._compat import UnsupportedVersion, check_versions
+from runtimekit.slicer.journal import Journal, JournalError
 
 EXIT_USAGE = 2
 
@@ -65,7 +66,7 @@ def _serve_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _sim_parser(commands: argparse._SubParsersAction) -> None:
-    from runtimekit.sim.cli_args import add_fault_arguments
+    from runtimekit.sim.cli_args import add_fault_arguments, add_instance_arguments
 
     sim = commands.add_parser("sim", help="the simulated GPU node: scenarios, fault injection, recording")
     sim_commands = sim.add_subparsers(dest="sim_command", required=True, metavar="COMMAND")
@@ -75,6 +76,7 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     inject.add_argument("--gpu", required=True, type=int, metavar="N", help="GPU index")
     inject.add_argument("--clear", action="store_true", help="undo the fault (all faults on the GPU without --fault)")
     add_fault_arguments(inject)
+    add_instance_arguments(inject, "the XID is raised in (--fault xid only)")
     inject.set_defaults(handler=_run_inject)
 
     pod = sim_commands.add_parser("pod", help="list, add or delete simulated pods on a running agent")
@@ -98,6 +100,7 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     process.add_argument("--namespace", help="run it in this pod's container (add)")
     process.add_argument("--pod")
     process.add_argument("--container")
+    add_instance_arguments(process, "the process runs in (add; required on a GPU in MIG mode)")
     process.set_defaults(handler=_run_process)
 
     source = sim_commands.add_parser("source", help="stop or start the fake kubelet or CRI runtime")
@@ -111,6 +114,13 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     )
     reboot.add_argument("--agent", required=True, metavar="URL")
     reboot.set_defaults(handler=_run_reboot)
+
+    reset = sim_commands.add_parser(
+        "reset", help="reset one simulated GPU (nvidia-smi -r): a pending MIG mode takes effect; refused while processes run"
+    )
+    reset.add_argument("--agent", required=True, metavar="URL")
+    reset.add_argument("--gpu", required=True, type=int, metavar="N", help="GPU index")
+    reset.set_defaults(handler=_run_reset)
 
     scenarios = sim_commands.add_parser("scenarios", help="list the built-in scenarios")
     scenarios.set_defaults(handler=_run_scenarios)
@@ -130,6 +140,9 @@ def parser() -> argparse.ArgumentParser:
     from runtimekit.kube.remediation.cli import add_remediate_parser
 
     add_remediate_parser(commands)
+    from runtimekit.cli_slice import add_parsers as add_api_parsers  # slice, device, node: runtimekit.v1's client
+
+    add_api_parsers(commands)
     return root
 
 
@@ -174,10 +187,12 @@ def _run_serve(args: argparse.Namespace) -> int:
 
             load_thresholds(config.health.thresholds)  # a bad thresholds file is a usage error too
         check_state_dir(config.state_dir)  # state that could never be persisted is refused, not lived with
+        if config.slicer.enabled:
+            Journal.in_state_dir(config.state_dir).close()  # a corrupt or foreign journal: refused, by name
         if args.sim is not None:
             simulation = Simulation(config)  # a bad scenario is a usage error, before anything starts
             config = simulation.configure(config)
-    except ValueError as error:
+    except (ValueError, JournalError) as error:
         print(f"runtimekit: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:  # the simulated node's own files (its /dev/shm tree, its boot id)
@@ -215,15 +230,21 @@ def _exit_past_stuck_threads(code: int, grace_seconds: float = 0.5) -> None:
 
 
 def _run_inject(args: argparse.Namespace) -> int:
-    from runtimekit.client import inject_remote
-    from runtimekit.sim.cli_args import fault_params_from_args
+    from runtimekit.client import inject_remote, request_json
+    from runtimekit.sim.cli_args import fault_params_from_args, instance_ids_from_args
 
     if not args.clear and not args.fault:
         print("runtimekit: error: --fault is required unless --clear is given", file=sys.stderr)
         return EXIT_USAGE
 
     def call() -> dict:
+        instance = instance_ids_from_args(args)
+        if instance and (args.clear or args.fault != "xid"):
+            raise ValueError("--gpu-instance: applies to --fault xid only (an XID raised in a MIG instance)")
         params = fault_params_from_args(args.fault, args) if args.fault and not args.clear else {}
+        if instance:
+            body = {"gpu": args.gpu, **params, **instance}
+            return request_json("POST", args.agent.rstrip("/") + "/sim/v1/mig/xid", body)
         return inject_remote(args.agent, args.gpu, args.fault, params, clear=args.clear)
 
     return _print_answer(call)
@@ -270,6 +291,8 @@ def _run_pod(args: argparse.Namespace) -> int:
 
 
 def _run_process(args: argparse.Namespace) -> int:
+    from runtimekit.sim.cli_args import instance_ids_from_args
+
     if args.action == "list":
         return _control("GET", args.agent, "/sim/v1/processes")
     if args.action == "delete":
@@ -286,6 +309,11 @@ def _run_process(args: argparse.Namespace) -> int:
     for key in ("namespace", "pod", "container"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
+    try:
+        body.update(instance_ids_from_args(args))
+    except ValueError as error:
+        print(f"runtimekit: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     return _control("POST", args.agent, "/sim/v1/processes", body)
 
 
@@ -298,6 +326,10 @@ def _run_reboot(args: argparse.Namespace) -> int:
     from runtimekit.client import reboot_remote
 
     return _print_answer(lambda: reboot_remote(args.agent))
+
+
+def _run_reset(args: argparse.Namespace) -> int:
+    return _control("POST", args.agent, "/sim/v1/reset", {"gpu": args.gpu})
 
 
 def _run_scenarios(args: argparse.Namespace) -> int:

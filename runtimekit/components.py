@@ -7,7 +7,9 @@ it is built. One row each; the supervisor (``runtimekit.supervisor``) runs them 
 | xid_watcher   | sampling       | yes                  | waits on nvmlEventSetWait, publishes XIDs      |
 | attribution   | attribution    | no                   | owners of GPU processes and devices            |
 | health        | health         | yes                  | detectors, state machine, persisted verdict    |
+| slicer        | slicer         | no                   | slices on demand: TDM shares, MIG instances    |
 | exporter      | exporter       | yes                  | renders the exposition ahead of scrapers       |
+| api           | api            | yes                  | the gRPC API runtimekit.v1 on a unix socket    |
 
 Components the command line registers (the simulated node) come before these. This module is the
 composition root: it may import the readers (exporter, health checker); the base may not.
@@ -21,6 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runtimekit.api import ApiServer
 from runtimekit.attribution.attributor import Attributor
 from runtimekit.attribution.cri import CriClient
 from runtimekit.attribution.podresources import PodResourcesClient
@@ -35,6 +38,7 @@ from runtimekit.healthcheck.detectors import run_detectors
 from runtimekit.healthcheck.store import HealthStore
 from runtimekit.healthcheck.thresholds import load_thresholds
 from runtimekit.sampler import Sampler
+from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.supervisor import Component, ComponentSpec
 
@@ -45,13 +49,16 @@ XID_LIVENESS_CHECK_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Shared:
-    """What the components of one agent share: its configuration, state and NVML session, and the
-    exposition cache (built before the app starts, since routes serve it)."""
+    """What the components of one agent share: its configuration, state and NVML session, the
+    exposition cache (built before the app starts, since routes serve it) and the slicer (one
+    object for the agent's life, restartable, so the API keeps serving the same one; None when
+    ``slicer.enabled`` is false)."""
 
     config: Config
     state: NodeState
     session: NvmlSession
     exposition: ExpositionCache
+    slicer: Slicer | None = None
 
 
 class _Task:
@@ -168,6 +175,40 @@ class ExporterComponent(_Task):
         await self.cache.run()
 
 
+class SlicerComponent(_Task):
+    """The slicer: slices on demand, journaled in STATE_DIR/slicer.db, reconciled every
+    ``slicer.reconcile_seconds``; restartable (``start`` works again after ``close``)."""
+
+    def __init__(self, shared: Shared) -> None:
+        assert shared.slicer is not None  # the row exists only when the slicer is enabled
+        self.slicer = shared.slicer
+
+    async def start(self) -> None:
+        await self.slicer.start()
+
+    async def run(self) -> None:
+        await self.slicer.run()
+
+    async def close(self) -> None:
+        await self.slicer.close()
+
+
+class ApiComponent(_Task):
+    """runtimekit.v1: the unix socket (mode 0600) and, when configured, TCP with TLS."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.server = ApiServer(shared.state, shared.slicer, shared.config)
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def run(self) -> None:
+        await self.server.wait()
+
+    async def close(self) -> None:
+        await self.server.stop()
+
+
 def component_table(shared: Shared) -> list[ComponentSpec]:
     """The agent's own components, in start order; disabled sections leave their row out."""
     config = shared.config
@@ -185,7 +226,11 @@ def component_table(shared: Shared) -> list[ComponentSpec]:
         table.append(ComponentSpec("health", builder(HealthComponent), True, "health verdict per GPU"))
     else:
         log.info("health checker disabled (health.enabled: false)")
+    if shared.slicer is not None:
+        table.append(ComponentSpec("slicer", builder(SlicerComponent), False, "slices: TDM shares and MIG instances"))
     table.append(ComponentSpec("exporter", builder(ExporterComponent), True, "renders the exposition ahead of scrapers"))
+    if config.api.enabled:
+        table.append(ComponentSpec("api", builder(ApiComponent), True, "gRPC runtimekit.v1 on the unix socket"))
     return table
 
 

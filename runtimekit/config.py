@@ -192,6 +192,10 @@ class SlicerConfig:
         60.0, "seconds a pod owner may be missing from the kubelet's pod-resources before its slices are reclaimed",
         between(0, 86_400),
     )
+    owner_start_seconds: float = setting(
+        600.0, "seconds a pod owner never seen running may take to start (image pulls) before its slices are reclaimed",
+        between(0, 86_400),
+    )
     orphan_grace_seconds: float = setting(
         120.0, "seconds a MIG instance with no slice and no process lives before it is destroyed", between(0, 86_400)
     )

@@ -23,6 +23,7 @@ from runtimekit.exporter import ExpositionCache, add_exporter_routes, build_coll
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.healthcheck.api import add_health_routes
 from runtimekit.listener import serve_app
+from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.supervisor import ComponentSpec, Supervisor
 
@@ -52,7 +53,8 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
     app[DESCRIPTION] = next((r.description for r in registrations if r.description), "this node")
     collectors = build_collector_set(config.exporter.collectors, options={"process": _process_options(config)})
     cache = ExpositionCache(state, collectors, sample_interval_seconds=config.sampling.interval_seconds)
-    specs = [r.spec for r in registrations] + component_table(Shared(config, state, session, cache))
+    slicer = Slicer(state, session, config.slicer, config.state_dir) if config.slicer.enabled else None
+    specs = [r.spec for r in registrations] + component_table(Shared(config, state, session, cache, slicer))
     app[SUPERVISOR] = Supervisor(
         state,
         specs,

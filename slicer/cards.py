@@ -1,0 +1,146 @@
+"""The cards as the slicer sees them: identity and memory from the sampled view, MIG mode, profiles
+and instances from NVML (``runtimekit.gpu.mig.MigControl``), and what each card reports as its
+``DeviceModeInfo``.
+
+The card-mode rule, applied from these facts: a card whose MIG mode is current is a MIG card, any
+other a TDM card; a card whose pending MIG mode differs from its current one (a change waiting for
+a GPU reset) takes no new slice of either kind and reports ``pending``. Reading blocks (NVML): call
+``read_cards`` from the slicer's executor thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError, MigProfile
+from runtimekit.gpu.types import NodeSnapshot, Unavailable
+from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
+
+from .journal import Record
+
+log = logging.getLogger("runtimekit.slicer")
+
+MIB = 1 << 20
+FULL_COMPUTE = 100  # percent
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One GPU: ``memory_mib`` in all (NVML memory.total), MIG ``current``/``pending`` mode, and on
+    a MIG card its ``profiles`` (discovered) and ``instances`` (GPU instances now)."""
+
+    gpu: GpuRef
+    memory_mib: int
+    mig_capable: bool
+    mig_current: bool = False
+    mig_pending: bool = False
+    profiles: tuple[MigProfile, ...] = ()
+    instances: tuple[GpuInstanceInfo, ...] = ()
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index
+
+    @property
+    def mode(self) -> DeviceModeName:
+        return "mig" if self.mig_current else "tdm"
+
+    @property
+    def pending(self) -> DeviceModeName | None:
+        """The mode a GPU reset will bring, when it differs from the current one."""
+        if self.mig_pending == self.mig_current:
+            return None
+        return "mig" if self.mig_pending else "tdm"
+
+    @property
+    def compute_slices_total(self) -> int:
+        return max((p.compute_slices for p in self.profiles), default=0)
+
+
+class ProfileCache:
+    """MIG profiles per card (by GPU UUID), discovered once while the card is in MIG mode; forgotten
+    when its mode changes (profiles are only listed in MIG mode)."""
+
+    def __init__(self) -> None:
+        self._profiles: dict[str, tuple[MigProfile, ...]] = {}
+
+    def get(self, mig: MigControl, gpu: GpuRef) -> tuple[MigProfile, ...]:
+        profiles = self._profiles.get(gpu.uuid)
+        if not profiles:
+            profiles = self._profiles[gpu.uuid] = mig.profiles(gpu.index)
+        return profiles
+
+    def forget(self, uuid: str) -> None:
+        self._profiles.pop(uuid, None)
+
+
+def gpu_refs(snapshot: NodeSnapshot | None) -> list[tuple[GpuRef, int]]:
+    """(GpuRef, memory MiB) of every GPU of the sample whose UUID and memory are known and that is
+    not lost (a card the sampler cannot read takes no slice)."""
+    if snapshot is None:
+        return []
+    out = []
+    for gpu in snapshot.gpus:
+        uuid = gpu.identity.uuid
+        total = gpu.memory.total_bytes if gpu.memory is not None else None
+        if gpu.lost or isinstance(uuid, Unavailable) or not isinstance(total, int):
+            continue
+        bus = gpu.identity.pci_bus_id
+        pci = PciAddress.parse(bus) if isinstance(bus, str) else None
+        out.append((GpuRef(uuid, gpu.index, pci), total // MIB))
+    return out
+
+
+def read_cards(snapshot: NodeSnapshot | None, mig: MigControl, profiles: ProfileCache) -> dict[int, Card]:
+    """Every usable card by NVML index, its MIG facts read now (blocking)."""
+    cards: dict[int, Card] = {}
+    for gpu, memory_mib in gpu_refs(snapshot):
+        try:
+            current, pending = mig.mode(gpu.index)
+        except MigOpError as error:
+            if error.kind != "not_supported":
+                log.warning("GPU %d: MIG mode unreadable (%s); treated as a TDM card", gpu.index, error)
+            cards[gpu.index] = Card(gpu, memory_mib, mig_capable=False)
+            continue
+        if not current:
+            profiles.forget(gpu.uuid)
+            cards[gpu.index] = Card(gpu, memory_mib, True, current, pending)
+            continue
+        cards[gpu.index] = Card(gpu, memory_mib, True, current, pending, profiles.get(mig, gpu), mig.instances(gpu.index))
+    return cards
+
+
+def select_card(cards: Mapping[int, Card], selector: DeviceSelector) -> Card:
+    """The card a device selector names; SliceError (failed_precondition, ``device``) when the node
+    has none such."""
+    for card in cards.values():
+        if card.index == selector.index or (selector.uuid is not None and card.gpu.uuid.lower() == selector.uuid.lower()):
+            return card
+    raise SliceError("failed_precondition", "device", f"no usable GPU {selector} on this node "
+                     f"(GPUs: {', '.join(str(i) for i in sorted(cards)) or 'none'})")
+
+
+def device_info(card: Card, records: Iterable[Record], reserve_mib: int) -> DeviceModeInfo:
+    """What a card reports: its mode, pending change, slices and free capacity. TDM: compute free is
+    100 − Σ compute, memory free the usable memory (card − reserve) − Σ memory. MIG: compute free is
+    the share of compute slices no GPU instance holds, memory free the whole-card profile's memory
+    less the instances' profiles' memory (instances no slice owns count too)."""
+    mine = [r for r in records if r.gpu_uuid == card.gpu.uuid]
+    slices = tuple(r.id for r in mine)
+    if card.mig_current:
+        total = card.compute_slices_total
+        by_id = {p.id: p for p in card.profiles}
+        used_slices = sum(by_id[gi.profile_id].compute_slices for gi in card.instances if gi.profile_id in by_id)
+        used_memory = sum(by_id[gi.profile_id].memory_mib for gi in card.instances if gi.profile_id in by_id)
+        usable = max((p.memory_mib for p in card.profiles), default=0)
+        compute_free = FULL_COMPUTE * max(0, total - used_slices) // total if total else 0
+        return DeviceModeInfo(card.gpu, "mig", card.pending, card.mig_capable, card.memory_mib, usable,
+                              compute_free, max(0, usable - used_memory), slices)
+    usable = max(0, card.memory_mib - reserve_mib)
+    compute_used = sum(r.compute for r in mine)
+    memory_used = sum(r.memory_mib for r in mine)
+    return DeviceModeInfo(card.gpu, "tdm", card.pending, card.mig_capable, card.memory_mib, usable,
+                          max(0, FULL_COMPUTE - compute_used), max(0, usable - memory_used), slices)

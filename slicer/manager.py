@@ -1,0 +1,360 @@
+"""The slicer: TDM shares and MIG instances made on demand, journaled, reconciled; the
+``SliceService`` the gRPC API reaches it through.
+
+    slicer = Slicer(state, session, config.slicer, config.state_dir)
+    await slicer.start()     # open the journal (JournalError: refuse to start), recover
+    await slicer.run()       # reconcile every slicer.reconcile_seconds until cancelled
+    await slicer.close()
+
+One asyncio lock serializes every change (create, delete, mode, reconcile); every blocking call
+(NVML through ``MigControl``, SQLite, fsync) runs in one dedicated executor thread, never on the
+event loop. Cards come from the sampled view (identity, memory) and NVML (MIG mode, profiles,
+instances: ``runtimekit.slicer.cards``); the steps that change the node are
+``runtimekit.slicer.steps``, the recovery rules ``runtimekit.slicer.reconcile``. A ``SliceTable``
+(every slice, every card's ``DeviceModeInfo``) is published to the node state at start and after
+every committed change. Every refusal is a ``SliceError`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeVar
+
+from runtimekit.config import SlicerConfig
+from runtimekit.failpoints import failpoint
+from runtimekit.gpu.mig import MigControl, MigOpError
+from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession
+from runtimekit.state import NodeState
+from runtimekit.state.refs import GpuRef, MigRef
+from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
+
+from . import cdi
+from .cards import FULL_COMPUTE, Card, ProfileCache, device_info, read_cards, select_card
+from .journal import Journal, Record
+from .mig_planner import MigCard, plan_mig
+from .owners import Grace, OwnerWatch, live_pod_uids
+from .reconcile import WAITING_IN_USE, OrphanKey, Outcome, destroy_orphans, remove_stray_specs, settle
+from .spec import check_fits_card, parse_device, parse_mode, parse_request
+from .steps import Books, InUse, make, unmake
+from .tdm import TdmCard, choose_tdm_card
+
+log = logging.getLogger("runtimekit.slicer")
+
+T = TypeVar("T")
+_NVML_DOWN = (NvmlInitError, GpuLostError)
+_MIG_CODES: dict[str, ErrorCode] = {"insufficient_resources": "resource_exhausted", "in_use": "failed_precondition",
+              "not_supported": "failed_precondition"}
+
+
+class Slicer:
+    """Implements ``runtimekit.state.slices.SliceService`` (see the module docstring)."""
+
+    def __init__(self, state: NodeState, session: NvmlSession, config: SlicerConfig, state_dir: str,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self._state = state
+        self._session = session
+        self._config = config
+        self._state_dir = Path(state_dir)
+        self._clock = clock
+        self._mig = MigControl(session)
+        self._executor: ThreadPoolExecutor | None = None  # made by start, shut down by close
+        self._lock = asyncio.Lock()
+        self._books: Books | None = None
+        self._profiles = ProfileCache()
+        self._cards: dict[int, Card] = {}
+        self._table = SliceTable()
+        self._orphans: Grace[OrphanKey] = Grace(config.orphan_grace_seconds)
+        self._owners = OwnerWatch(config.owner_grace_seconds, config.owner_start_seconds)
+        self._recovered = False
+        self._last_problem = ""
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the journal (``JournalError``: a clear refusal to start) and recover what a crash left.
+        One Slicer may be started again after ``close`` (the supervisor restarts its component)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="runtimekit-slicer")
+        async with self._lock:
+            await self._blocking(self._open)
+
+    async def run(self) -> None:
+        """Reconcile every ``reconcile_seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(self._config.reconcile_seconds)
+            await self.reconcile()
+
+    async def reconcile(self) -> Outcome:
+        """One reconciliation pass now (``runtimekit.slicer.reconcile``)."""
+        async with self._lock:
+            return await self._blocking(self._reconcile)
+
+    async def close(self) -> None:
+        """Close the journal after any step in flight, and the executor thread."""
+        if self._books is not None:
+            await self._blocking(self._books.journal.close)
+            self._books = None
+        self._recovered = False
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    # ---- SliceService ----------------------------------------------------------------------
+    async def create(self, request: SliceRequest) -> Slice:
+        spec = parse_request(request)
+        async with self._lock:
+            record = await self._blocking(self._create, spec)
+        return self._table.slices[record.id]
+
+    async def delete(self, slice_id: str) -> Slice:
+        async with self._lock:
+            return await self._blocking(self._delete, slice_id)
+
+    def table(self) -> SliceTable:
+        return self._table
+
+    async def set_device_mode(self, device: str, mode: str) -> DeviceModeInfo:
+        selector = parse_device(device)
+        if selector.any:
+            raise SliceError("invalid_argument", "device", "a GPU index or UUID (a mode is set per card), got 'any'")
+        wanted = parse_mode(mode)
+        async with self._lock:
+            return await self._blocking(self._set_mode, selector, wanted)
+
+    # ---- the executor thread ---------------------------------------------------------------
+    async def _blocking(self, call: Callable[..., T], *args: object) -> T:
+        if self._executor is None:
+            raise SliceError("unavailable", "", "the slicer is not running")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
+
+    def _open(self) -> None:
+        journal = Journal.in_state_dir(self._state_dir)
+        self._books = Books(journal, self._mig, self._config.cdi_vendor, {r.id: r for r in journal.records()})
+        log.info("slicer journal %s: %d slice(s)", journal.path, len(self._books.records))
+        self._reconcile()
+        self._publish()
+
+    def _started(self) -> Books:
+        """The books, recovered; SliceError (unavailable) while that cannot be done."""
+        if self._books is None:
+            raise SliceError("unavailable", "", "the slicer has not started")
+        if not self._recovered:
+            self._reconcile()
+        if not self._recovered:
+            raise SliceError("unavailable", "", f"the slicer cannot read the GPUs yet ({self._last_problem or 'no sample yet'})")
+        return self._books
+
+    def _read(self) -> dict[int, Card]:
+        """The cards now (NVML); SliceError (unavailable) when NVML cannot be used."""
+        try:
+            self._session.init()
+            self._cards = read_cards(self._state.view().snapshot, self._mig, self._profiles)
+        except (*_NVML_DOWN, MigOpError) as error:
+            raise SliceError("unavailable", "", f"NVML cannot be used now: {error}") from None
+        return self._cards
+
+    def _reconcile(self) -> Outcome:
+        books = self._books
+        snapshot = self._state.view().snapshot
+        if books is None or snapshot is None or not snapshot.nvml_up:
+            self._last_problem = "no sample of the GPUs yet" if snapshot is None else "NVML is down"
+            return Outcome()
+        try:
+            cards = self._read()
+            rolled_back, finished = settle(books, cards)
+            self._recovered = True
+            destroyed = destroy_orphans(books, cards, snapshot, self._orphans, self._clock())
+            removed = remove_stray_specs(books, self._config.cdi_dir)
+            self._reclaim(books)
+        except (SliceError, OSError) as error:
+            if str(error) != self._last_problem:
+                log.warning("slicer reconciliation failed: %s", error)
+            self._last_problem = str(error)
+            return Outcome()
+        if self._last_problem:
+            log.info("slicer reconciliation works again")
+        self._last_problem = ""
+        outcome = Outcome(tuple(rolled_back), tuple(finished), tuple(destroyed), tuple(removed))
+        self._publish(refresh=outcome.changed)
+        return outcome
+
+    def _reclaim(self, books: Books) -> None:
+        """Delete the ready slices whose pod owner has been gone for the grace period."""
+        ready = [(r.id, r.spec.owner) for r in books.records.values() if r.phase == "ready"]
+        live = live_pod_uids(self._state.view().attribution)
+        for slice_id in self._owners.due(ready, live, self._clock()):
+            log.info("slice %s: its owner %s is gone; deleting it", slice_id, books.records[slice_id].spec.owner)
+            try:
+                self._delete(slice_id, reason="owner gone")
+            except SliceError as error:
+                log.warning("slice %s: not reclaimed: %s", slice_id, error)
+
+    def _create(self, spec: SliceSpec) -> Record:
+        books = self._started()
+        record = self._plan(spec, self._read(), books)
+        try:
+            return make(books, record)
+        except (MigOpError, OSError, *_NVML_DOWN) as error:
+            code: ErrorCode = _MIG_CODES.get(error.kind, "unavailable") if isinstance(error, MigOpError) else "unavailable"
+            self._roll_back(books, record.id)
+            raise SliceError(code, "", f"creating the slice failed, nothing was kept: {error}") from None
+        finally:
+            self._publish(refresh=True)
+
+    def _roll_back(self, books: Books, slice_id: str) -> None:
+        record = books.records.get(slice_id)
+        if record is None:
+            return
+        try:
+            unmake(books, record)
+        except (InUse, MigOpError, OSError, *_NVML_DOWN) as error:
+            log.warning("slice %s: rollback left for the reconciler: %s", slice_id, error)
+            books.record(books.records[slice_id], reason=f"rolling back: {error}")
+
+    def _plan(self, spec: SliceSpec, cards: dict[int, Card], books: Books) -> Record:
+        """The card, and for MIG the profile and placement, of a new slice: its ``creating`` record.
+        SliceError when the card-mode rule, the card's memory or its free capacity refuse it."""
+        if spec.device.any:
+            check_fits_card(spec, max((c.memory_mib for c in cards.values()), default=0))
+            candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
+            if not candidates:
+                raise SliceError("failed_precondition", "mode", _no_card(spec.mode, cards))
+        else:
+            card = select_card(cards, spec.device)
+            check_fits_card(spec, card.memory_mib)
+            _check_mode(card, spec)
+            candidates = [card]
+        slice_id = "s-" + secrets.token_hex(6)
+        record = Record(id=slice_id, phase="creating", spec=spec, gpu_uuid="", gpu_index=-1, created_at=self._clock(),
+                        compute=spec.compute, memory_mib=spec.memory_mib,
+                        cdi_path=str(cdi.spec_path(self._config.cdi_dir, self._config.cdi_vendor, slice_id)),
+                        cdi_device=cdi.device_name(self._config.cdi_vendor, slice_id))
+        if spec.mode == "tdm":
+            reserve = self._config.memory_reserve_mib
+            chosen = choose_tdm_card([_tdm_card(c, books.records.values(), reserve) for c in candidates], spec,
+                                     self._config.policy)
+            gpu = cards[chosen.index].gpu
+            return replace(record, gpu_uuid=gpu.uuid, gpu_index=gpu.index)
+        mig_cards = [MigCard(c.index, c.compute_slices_total, c.profiles, tuple((g.start, g.size) for g in c.instances))
+                     for c in candidates]
+        choice = plan_mig(mig_cards, spec, self._config.policy)
+        card, profile = cards[choice.index], choice.profile
+        return replace(record, gpu_uuid=card.gpu.uuid, gpu_index=card.index,
+                       compute=FULL_COMPUTE * profile.compute_slices // max(card.compute_slices_total, 1),
+                       memory_mib=profile.memory_mib, profile=profile.name, profile_id=profile.id,
+                       start=choice.start, size=profile.memory_slices)
+
+    def _delete(self, slice_id: str, reason: str = "deleted on request") -> Slice:
+        books = self._started()
+        record = books.records.get(slice_id)
+        if record is None:
+            raise SliceError("not_found", "id", f"no slice {slice_id!r} on this node")
+        before = self._table.slices.get(slice_id) or self._slice(record)
+        self._read()
+        marked = books.record(record, phase="deleting", reason=reason)
+        failpoint("slicer.delete.journaled")
+        try:
+            unmake(books, marked)
+        except InUse as error:
+            left = books.records[slice_id]
+            if left.ci_id == record.ci_id:  # nothing destroyed: the slice is as it was
+                books.record(left, phase=record.phase, reason=record.reason)
+            else:
+                books.record(left, reason=WAITING_IN_USE)
+            raise SliceError("failed_precondition", "id", f"slice {slice_id}: a process runs in its MIG instance; "
+                             f"stop it first ({error})") from None
+        except (MigOpError, OSError, *_NVML_DOWN) as error:
+            books.record(books.records[slice_id], reason=f"retrying: {error}")
+            raise SliceError("unavailable", "", f"slice {slice_id}: deleting failed ({error}); "
+                             "the reconciler finishes it") from None
+        finally:
+            self._publish(refresh=True)
+        return before
+
+    def _set_mode(self, selector: DeviceSelector, wanted: str) -> DeviceModeInfo:
+        books = self._started()
+        cards = self._read()
+        card = select_card(cards, selector)
+        slices = sorted(r.id for r in books.records.values() if r.gpu_uuid == card.gpu.uuid)
+        if slices:
+            raise SliceError("failed_precondition", "device", f"GPU {card.index} has {len(slices)} slice(s) "
+                             f"({', '.join(slices)}); a card's mode changes only when it has none: delete them first")
+        enabled = wanted == "mig"
+        if enabled and not card.mig_capable:
+            raise SliceError("failed_precondition", "mode", f"GPU {card.index} does not support MIG")
+        if card.mig_capable and card.mig_pending != enabled:
+            try:
+                self._mig.set_mode(card.index, enabled)
+            except MigOpError as error:
+                code: ErrorCode = "failed_precondition" if error.kind in ("in_use", "not_supported") else "unavailable"
+                raise SliceError(code, "device", f"GPU {card.index}: MIG mode not changed: {error} (MIG instances "
+                                 "no slice owns are destroyed after slicer.orphan_grace_seconds)") from None
+            self._profiles.forget(card.gpu.uuid)
+            log.info("GPU %d: MIG mode set to %s", card.index, wanted)
+        self._publish(refresh=True)
+        return self._table.devices[card.index]
+
+    # ---- the table -------------------------------------------------------------------------
+    def _publish(self, refresh: bool = False) -> None:
+        """Publish the slice table (the cards re-read first when ``refresh``)."""
+        books = self._books
+        if books is None:
+            return
+        if refresh:
+            try:
+                self._read()
+            except SliceError as error:
+                log.warning("slice table published with the last known cards: %s", error)
+        records = list(books.records.values())
+        slices = {r.id: self._slice(r) for r in records}
+        devices = {i: device_info(c, records, self._config.memory_reserve_mib) for i, c in sorted(self._cards.items())}
+        self._table = SliceTable(MappingProxyType(slices), MappingProxyType(devices))
+        self._state.publish_slices(self._table)
+
+    def _slice(self, record: Record) -> Slice:
+        card = next((c for c in self._cards.values() if c.gpu.uuid == record.gpu_uuid), None)
+        gpu = card.gpu if card is not None else GpuRef(record.gpu_uuid, record.gpu_index)
+        mig = None
+        if record.gi_id is not None and record.ci_id is not None and record.mig_uuid:
+            mig = MigRef(gpu, record.gi_id, record.ci_id, record.mig_uuid)
+        placement = (record.start, record.size) if record.start is not None and record.size is not None else None
+        return Slice(record.id, record.spec, gpu, record.phase, record.created_at, record.compute, record.memory_mib,
+                     mig, record.profile, record.profile_id, placement, record.cdi_device, record.reason)
+
+
+def _tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard:
+    mine = [r for r in records if r.gpu_uuid == card.gpu.uuid]
+    return TdmCard(card.index, card.memory_mib, max(0, card.memory_mib - reserve_mib),
+                   sum(r.compute for r in mine), sum(r.memory_mib for r in mine))
+
+
+def _check_mode(card: Card, spec: SliceSpec) -> None:
+    """The card-mode rule for a slice on a named card."""
+    if card.pending is not None:
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} has a MIG mode change to {card.pending} "
+                         "pending until a GPU reset; it takes no new slices until then")
+    if spec.mode == "tdm" and card.mode == "mig":
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in MIG mode; TDM slices need a card "
+                         f"in tdm mode (runtimekit device mode {card.index} tdm)")
+    if spec.mode == "mig" and card.mode == "tdm":
+        hint = (f"runtimekit device mode {card.index} mig, then a GPU reset" if card.mig_capable
+                else "this card does not support MIG")
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in tdm mode; MIG slices need a card "
+                         f"in MIG mode ({hint})")
+
+
+def _no_card(mode: str, cards: dict[int, Card]) -> str:
+    if mode == "tdm":
+        return "no card is in tdm mode (and without a pending mode change); runtimekit device mode INDEX tdm on a card with no slices"
+    capable = sorted(c.index for c in cards.values() if c.mig_capable)
+    if not capable:
+        return "no card of this node supports MIG"
+    return (f"no card is in MIG mode; enable it on a card with no slices: runtimekit device mode {capable[0]} mig "
+            "(it takes effect after a GPU reset)")

@@ -1,0 +1,168 @@
+"""Slice requests checked into slice specs: every field against its rule, the first broken rule
+reported as ``SliceError("invalid_argument", field, "<rule>, got <value>")`` with the field named
+as in ``SliceRequest``. Pure: no I/O.
+
+The rules (the gRPC API and ``runtimekit slice create`` document the same):
+
+- ``mode``: ``tdm`` or ``mig``, lower case.
+- ``compute``: an integer 0-100, percent of one card; 0 means unlimited (no compute share).
+- ``memory``: ``NGiB`` or ``NMiB``, N a whole decimal number, the unit spelled exactly so (binary
+  units: 1 GiB = 1024 MiB), no spaces, sign or decimal point; greater than 0; in MiB a multiple of
+  128 (``MEMORY_STEP_MIB``); at most ``MAX_MEMORY_MIB`` (1 TiB, far above any card; the card's own
+  memory is checked by ``check_fits_card`` once the card is known).
+- ``device``: ``""`` or ``any`` (any card), an NVML index 0-``MAX_DEVICE_INDEX``, or a GPU UUID as
+  NVML writes it (``GPU-`` and 8-4-4-4-12 hex digits).
+- owner, exactly one form: ``pod_uid`` (a Kubernetes UID: 8-4-4-4-12 lower-case hex digits, as the
+  API server makes them) with ``container`` (a container name: a DNS-1123 label, 1-63 lower-case
+  letters, digits and ``-``, starting and ending with a letter or digit); or ``owner_id`` (1-128
+  characters of letters, digits and ``. _ - : / @``, starting with a letter or digit: a user, a
+  tool, a job name).
+- ``priority``: an integer 0-100 (``MAX_PRIORITY``); higher is more important.
+"""
+
+from __future__ import annotations
+
+import re
+
+from runtimekit.state.slices import (
+    MEMORY_STEP_MIB,
+    SLICE_MODES,
+    DeviceSelector,
+    Owner,
+    SliceError,
+    SliceMode,
+    SliceRequest,
+    SliceSpec,
+)
+
+__all__ = [
+    "MAX_COMPUTE", "MAX_DEVICE_INDEX", "MAX_MEMORY_MIB", "MAX_PRIORITY", "check_fits_card", "format_memory",
+    "parse_device", "parse_memory", "parse_mode", "parse_request", "to_request",
+]
+
+MAX_COMPUTE = 100  # percent of one card
+MAX_MEMORY_MIB = 1 << 20  # 1 TiB: a bound against overflow, not a card's size
+MAX_DEVICE_INDEX = 1023  # NVML indexes are small; the bound keeps "99999999999" a clear error
+MAX_PRIORITY = 100
+_MIB_PER_GIB = 1024
+
+_MEMORY = re.compile(r"([0-9]+)(GiB|MiB)")
+_MEMORY_DIGITS = 10  # more digits are over MAX_MEMORY_MIB anyway (and int() of them is not free)
+_INDEX = re.compile(r"[0-9]{1,4}")
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_OWNER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}")
+
+_MEMORY_RULE = f"NGiB or NMiB with N a whole number (MiB a multiple of {MEMORY_STEP_MIB}), no spaces"
+_DEVICE_RULE = f"'' or 'any', a GPU index 0-{MAX_DEVICE_INDEX}, or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+
+
+def _refuse(field: str, rule: str, value: object) -> SliceError:
+    return SliceError("invalid_argument", field, f"{rule}, got {value!r}")
+
+
+def _text(value: object, field: str, rule: str) -> str:
+    if not isinstance(value, str):
+        raise _refuse(field, rule, value)
+    return value
+
+
+def _integer(value: object, field: str, low: int, high: int, rule: str) -> int:
+    """``value`` as an int in [low, high]; bools and other types are refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _refuse(field, rule, value)
+    return value
+
+
+def parse_mode(text: str, field: str = "mode") -> SliceMode:
+    """``tdm`` or ``mig``."""
+    for mode in SLICE_MODES:
+        if text == mode:
+            return mode
+    raise _refuse(field, "one of " + ", ".join(SLICE_MODES), text)
+
+
+def parse_memory(text: str, field: str = "memory") -> int:
+    """``"2GiB"`` -> 2048, ``"512MiB"`` -> 512: MiB, a multiple of 128, greater than 0."""
+    match = _MEMORY.fullmatch(_text(text, field, _MEMORY_RULE))
+    if match is None:
+        raise _refuse(field, _MEMORY_RULE, text)
+    digits, unit = match[1].lstrip("0"), match[2]
+    if not digits:
+        raise _refuse(field, "greater than 0", text)
+    mib = int(digits[:_MEMORY_DIGITS + 1]) * (_MIB_PER_GIB if unit == "GiB" else 1)
+    if mib > MAX_MEMORY_MIB:
+        raise _refuse(field, f"at most {MAX_MEMORY_MIB // _MIB_PER_GIB}GiB", text)
+    if mib % MEMORY_STEP_MIB:
+        raise _refuse(field, f"a multiple of {MEMORY_STEP_MIB} MiB", text)
+    return mib
+
+
+def format_memory(mib: int) -> str:
+    """MiB written as ``parse_memory`` reads it: ``NGiB`` when whole GiB, else ``NMiB``."""
+    return f"{mib // _MIB_PER_GIB}GiB" if mib % _MIB_PER_GIB == 0 else f"{mib}MiB"
+
+
+def parse_device(text: str) -> DeviceSelector:
+    """``""`` or ``"any"`` -> any card; ``"3"`` -> index 3; ``"GPU-…"`` -> that UUID (as written)."""
+    text = _text(text, "device", _DEVICE_RULE)
+    if text in ("", "any"):
+        return DeviceSelector()
+    if _INDEX.fullmatch(text) and int(text) <= MAX_DEVICE_INDEX:
+        return DeviceSelector(index=int(text))
+    if _GPU_UUID.fullmatch(text):
+        return DeviceSelector(uuid=text)
+    raise _refuse("device", _DEVICE_RULE, text)
+
+
+def _owner(request: SliceRequest) -> Owner:
+    pod_uid = _text(request.pod_uid, "pod_uid", "a Kubernetes UID")
+    container = _text(request.container, "container", "a container name")
+    owner_id = _text(request.owner_id, "owner_id", "an owner name")
+    if pod_uid:
+        if not _POD_UID.fullmatch(pod_uid):
+            raise _refuse("pod_uid", "a Kubernetes UID (lower-case hex digits 8-4-4-4-12)", pod_uid)
+        if not _CONTAINER.fullmatch(container):
+            raise _refuse("container", "the pod's container name, required with pod_uid (a DNS-1123 label: "
+                          "1-63 of a-z, 0-9 and '-', starting and ending with a letter or digit)", container)
+        if owner_id:
+            raise _refuse("owner_id", "empty when pod_uid is given (one owner form only)", owner_id)
+        return Owner(pod_uid=pod_uid, container=container)
+    if container:
+        raise _refuse("container", "only with pod_uid", container)
+    if not owner_id:
+        raise _refuse("owner_id", "an owner is required: pod_uid with container, or owner_id", owner_id)
+    if not _OWNER_ID.fullmatch(owner_id):
+        raise _refuse("owner_id", "1-128 of letters, digits and . _ - : / @, starting with a letter or digit", owner_id)
+    return Owner(owner_id=owner_id)
+
+
+def parse_request(request: SliceRequest) -> SliceSpec:
+    """Check ``request`` into a ``SliceSpec``, field by field in this order: mode, compute, memory,
+    device, the owner (pod_uid, container, owner_id), priority. The first broken rule raises
+    ``SliceError`` (invalid_argument) naming its field; nothing else is raised."""
+    mode = parse_mode(_text(request.mode, "mode", "one of " + ", ".join(SLICE_MODES)))
+    compute = _integer(request.compute, "compute", 0, MAX_COMPUTE,
+                       f"an integer 0-{MAX_COMPUTE} (percent of one card; 0 = unlimited)")
+    memory_mib = parse_memory(request.memory)
+    device = parse_device(request.device)
+    owner = _owner(request)
+    priority = _integer(request.priority, "priority", 0, MAX_PRIORITY, f"an integer 0-{MAX_PRIORITY} (higher is more important)")
+    return SliceSpec(mode=mode, compute=compute, memory_mib=memory_mib, device=device, owner=owner, priority=priority)
+
+
+def to_request(spec: SliceSpec) -> SliceRequest:
+    """The request that parses back into ``spec`` (``parse_request(to_request(s)) == s``)."""
+    return SliceRequest(
+        mode=spec.mode, memory=format_memory(spec.memory_mib), compute=spec.compute,
+        device="" if spec.device.any else str(spec.device), pod_uid=spec.owner.pod_uid,
+        container=spec.owner.container, owner_id=spec.owner.owner_id, priority=spec.priority,
+    )
+
+
+def check_fits_card(spec: SliceSpec, card_memory_mib: int) -> None:
+    """Refuse (invalid_argument, ``memory``) a slice asking more memory than the card has in all
+    (MiB, NVML ``memory.total``); what is free now is admission's business, not the spec's."""
+    if spec.memory_mib > card_memory_mib:
+        raise _refuse("memory", f"at most the card's memory ({card_memory_mib} MiB)", format_memory(spec.memory_mib))

@@ -1,0 +1,138 @@
+"""The journaled steps that make and unmake a slice's device: the one place the node is changed.
+
+Every step is journaled before it is made (the intent) and recorded after; a failpoint marks each
+boundary, so a test can kill the process at every one, including the hard windows between an NVML
+call that returned and the journal write that records it (``runtimekit.failpoints``):
+
+create  insert (creating) ─ slicer.create.journaled
+        [MIG] GPU instance at the intended placement ─ slicer.create.gpu_instance ─ record gi id
+        [MIG] compute instance ─ slicer.create.compute_instance ─ record ci id, MIG UUID
+        CDI spec written ─ slicer.create.cdi_written
+        phase ready ─ slicer.create.committed
+delete  phase deleting ─ slicer.delete.journaled
+        [MIG] compute instance destroyed ─ slicer.delete.compute_instance ─ record it gone
+        [MIG] GPU instance destroyed ─ slicer.delete.gpu_instance ─ record it gone
+        CDI spec removed ─ slicer.delete.cdi_removed
+        row removed
+
+``unmake`` is idempotent and reads NVML for what exists, so the reconciler calls it to finish a
+``deleting`` slice and to roll back a ``creating`` one (see ``runtimekit.slicer.reconcile``). An
+instance is found by its recorded ids *and* its recorded profile and placement (ids are reused);
+a GPU instance made before its id was journaled is found by the intended profile and placement,
+which no other instance can hold at the same time. All calls block (NVML, SQLite, fsync).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runtimekit.failpoints import failpoint
+from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError
+
+from . import cdi
+from .journal import Journal, Record
+
+log = logging.getLogger("runtimekit.slicer")
+
+
+class InUse(Exception):
+    """NVML refused to destroy an instance a process runs in; nothing of it was destroyed."""
+
+
+@dataclass
+class Books:
+    """What the steps write to: the journal, its rows mirrored in ``records`` (slice id -> Record),
+    NVML's MIG control, and where CDI specs go."""
+
+    journal: Journal
+    mig: MigControl
+    cdi_vendor: str
+    records: dict[str, Record] = field(default_factory=dict)
+
+    def record(self, record: Record, **changes: Any) -> Record:
+        """Journal ``changes`` to ``record`` (committed on return) and mirror them."""
+        self.journal.update(record.id, **changes)
+        new = self.records[record.id] = replace(record, **changes)
+        return new
+
+    def forget(self, record: Record) -> None:
+        self.journal.remove(record.id)
+        self.records.pop(record.id, None)
+
+
+def make(books: Books, record: Record) -> Record:
+    """Make a new slice's device from its ``creating`` record (MIG: ``profile_id``, ``start`` set);
+    returns it ``ready``. MigOpError/OSError from a step propagate with the row left ``creating``:
+    the caller rolls it back (``unmake``)."""
+    books.journal.insert(record)
+    books.records[record.id] = record
+    failpoint("slicer.create.journaled")
+    if record.mode == "mig":
+        assert record.profile_id is not None and record.start is not None
+        gi = books.mig.create_gpu_instance(record.gpu_index, record.profile_id, record.start)
+        failpoint("slicer.create.gpu_instance")
+        record = books.record(record, gi_id=gi.id, size=gi.size)
+        ci = books.mig.create_compute_instance(record.gpu_index, gi.id)
+        failpoint("slicer.create.compute_instance")
+        record = books.record(record, ci_id=ci.id, mig_uuid=ci.uuid)
+        env = cdi.mig_env(ci.uuid) if ci.uuid else []
+    else:
+        env = cdi.tdm_env(record.gpu_uuid, record.memory_mib, record.compute)
+    if env:
+        annotations = {f"{books.cdi_vendor}/slice-id": record.id, f"{books.cdi_vendor}/gpu-uuid": record.gpu_uuid}
+        cdi.write_spec(Path(record.cdi_path), cdi.spec_document(books.cdi_vendor, record.id, env, annotations))
+        failpoint("slicer.create.cdi_written")
+    record = books.record(record, phase="ready", reason="")
+    failpoint("slicer.create.committed")
+    return record
+
+
+def find_instance(books: Books, record: Record) -> GpuInstanceInfo | None:
+    """The GPU instance a MIG record made, as NVML lists it now, or None. By recorded id, profile and
+    start; a ``creating`` record without an id by its intended profile and start."""
+    if record.mode != "mig" or record.profile_id is None or record.start is None:
+        return None
+    if record.gi_id is None and record.phase != "creating":
+        return None  # recorded as destroyed
+    for gi in books.mig.instances(record.gpu_index):
+        if gi.profile_id == record.profile_id and gi.start == record.start and record.gi_id in (None, gi.id):
+            return gi
+    return None
+
+
+def unmake(books: Books, record: Record, *, on_step: Callable[[str], None] = failpoint) -> None:
+    """Destroy what a slice made (compute instance, GPU instance, CDI spec) and forget the slice.
+    Raises InUse (nothing more destroyed; the record keeps what is left) when NVML refuses because a
+    process runs in the instance, MigOpError/OSError for other refusals (retried by the reconciler).
+    ``on_step(kind)`` is called after each step as ``slicer.delete.<step>``."""
+    gi = find_instance(books, record)
+    if gi is not None:
+        for ci in gi.compute_instances:
+            _destroy(books.mig.destroy_compute_instance, record.gpu_index, gi.id, ci.id)
+        on_step("slicer.delete.compute_instance")
+        record = books.record(record, ci_id=None)
+        _destroy(books.mig.destroy_gpu_instance, record.gpu_index, gi.id)
+        on_step("slicer.delete.gpu_instance")
+        record = books.record(record, gi_id=None)
+    if record.cdi_path and cdi.remove_spec(Path(record.cdi_path)):
+        on_step("slicer.delete.cdi_removed")
+    books.forget(record)
+
+
+def _destroy(call: Callable[..., None], *args: int) -> None:
+    try:
+        call(*args)
+    except MigOpError as error:
+        if error.kind == "in_use":
+            raise InUse(str(error)) from None
+        if error.kind != "not_found":  # already gone: what destroying wanted
+            raise
+
+
+def no_step(_: str) -> None:
+    """``unmake``'s ``on_step`` for the reconciler: finishing or rolling back after a crash fires no
+    failpoint (they mark the steps of a delete asked for through the API)."""

@@ -1,0 +1,50 @@
+"""Fixtures: a Slicer on a simulated dgx-a100 (GPUs 0 and 1 in MIG mode, the others whole cards),
+in this process, uninstalled after each test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtimekit import sim
+
+# The driver lives next to the tests; make it importable whatever the import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from slicer_driver import build  # noqa: E402
+
+
+@pytest.fixture
+def uninstall() -> Iterator[None]:
+    try:
+        yield
+    finally:
+        sim.uninstall()
+
+
+@pytest.fixture
+def make_slicer(tmp_path: Path, uninstall: None) -> Iterator[Callable[..., Any]]:
+    """``make_slicer(**config)`` -> (slicer, state, node), not started; closed after the test."""
+    made: list[Any] = []
+
+    def make(**config: Any) -> Any:
+        built = build(tmp_path, **config)
+        made.append(built[0])
+        return built
+
+    yield make
+
+
+@pytest.fixture
+async def rig(make_slicer: Callable[..., Any]) -> AsyncIterator[Any]:
+    """(slicer, state, node) with the slicer started; closed after the test."""
+    slicer, state, node = make_slicer()
+    await slicer.start()
+    try:
+        yield slicer, state, node
+    finally:
+        await slicer.close()

@@ -1,0 +1,182 @@
+"""The Slicer against a simulated dgx-a100 (A100 80 GB; GPUs 0 and 1 in MIG mode, 2-7 whole cards):
+what NVML shows after each call, the card-mode rule, and refusals that change nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtimekit.state.slices import SliceError, SliceRequest
+
+
+def mig(**kw: object) -> SliceRequest:
+    return SliceRequest(**{"mode": "mig", "compute": 30, "memory": "20GiB", "owner_id": "me", **kw})  # type: ignore[arg-type]
+
+
+def tdm(compute: int, memory: str, **kw: object) -> SliceRequest:
+    return SliceRequest(**{"mode": "tdm", "compute": compute, "memory": memory, "owner_id": "me", **kw})  # type: ignore[arg-type]
+
+
+async def test_mig_slice_is_an_instance_nvml_reports_and_delete_frees_it(rig) -> None:
+    slicer, state, node = rig
+    made = await slicer.create(mig())
+    assert made.state == "ready" and made.gpu.index in (0, 1)
+    gis = node.gpu_instances(made.gpu.index)
+    assert [(gi.id, gi.profile.id, gi.start) for gi in gis] == [(made.mig.gpu_instance_id, made.profile_id, made.placement[0])]
+    assert [ci.uuid for ci in gis[0].cis.values()] == [made.mig.uuid]
+    assert state.view().slices.slices[made.id] == made  # published
+    assert made.id in state.view().slices.devices[made.gpu.index].slices
+
+    await slicer.delete(made.id)
+    assert node.gpu_instances(made.gpu.index) == []
+    assert made.id not in state.view().slices.slices
+    assert state.view().slices.devices[made.gpu.index].memory_free_mib == state.view().slices.devices[made.gpu.index].usable_memory_mib
+
+
+async def test_mig_slice_has_a_cdi_spec_naming_its_mig_device(rig, tmp_path: Path) -> None:
+    slicer, _, _ = rig
+    made = await slicer.create(mig())
+    spec = json.loads((tmp_path / "cdi" / f"runtimekit_io-slice-{made.id}.json").read_text())
+    assert spec["devices"][0]["containerEdits"]["env"] == [f"CUDA_VISIBLE_DEVICES={made.mig.uuid}",
+                                                           f"NVIDIA_VISIBLE_DEVICES={made.mig.uuid}"]
+
+
+async def test_tdm_50_percent_2gib_next_to_30_percent_8gib_on_one_card(rig, tmp_path: Path) -> None:
+    slicer, state, _ = rig
+    first = await slicer.create(tdm(50, "2GiB", device="3"))
+    second = await slicer.create(tdm(30, "8GiB", device="3"))
+    assert (first.gpu.index, second.gpu.index) == (3, 3)
+    info = state.view().slices.devices[3]
+    assert (info.mode, info.compute_free, info.usable_memory_mib - info.memory_free_mib) == ("tdm", 20, 10 * 1024)
+    env = json.loads(Path(tmp_path / "cdi" / f"runtimekit_io-slice-{first.id}.json").read_text())["devices"][0]["containerEdits"]["env"]
+    assert "CUDA_DEVICE_MEMORY_LIMIT=2048m" in env and "CUDA_DEVICE_SM_LIMIT=50" in env
+    assert f"CUDA_VISIBLE_DEVICES={first.gpu.uuid}" in env
+
+
+async def test_over_capacity_is_refused_and_changes_nothing(rig, tmp_path: Path) -> None:
+    slicer, state, node = rig
+    await slicer.create(tdm(80, "2GiB", device="4"))
+    before = state.view().slices
+    files = sorted((tmp_path / "cdi").iterdir())
+    with pytest.raises(SliceError) as refused:
+        await slicer.create(tdm(30, "2GiB", device="4"))
+    assert (refused.value.code, refused.value.field) == ("resource_exhausted", "compute")
+    with pytest.raises(SliceError) as too_big:
+        await slicer.create(tdm(10, "80GiB", device="4"))  # 80 GiB card less the 1 GiB reserve
+    assert too_big.value.code == "resource_exhausted"
+    assert slicer.table().slices == before.slices and sorted((tmp_path / "cdi").iterdir()) == files
+    assert not (tmp_path / "slicer.db").stat().st_size == 0
+
+
+async def test_mig_capacity_refused_when_the_card_is_full(rig) -> None:
+    slicer, _, node = rig
+    for index in (0, 1):
+        await slicer.create(mig(compute=100, memory="78GiB", device=str(index)))
+    with pytest.raises(SliceError) as refused:
+        await slicer.create(mig(compute=10, memory="10GiB"))
+    assert refused.value.code == "resource_exhausted"
+    assert [len(node.gpu_instances(i)) for i in (0, 1)] == [1, 1]
+
+
+async def test_tdm_on_a_mig_card_is_refused_with_the_way_out(rig) -> None:
+    slicer, _, _ = rig
+    with pytest.raises(SliceError) as refused:
+        await slicer.create(tdm(50, "2GiB", device="0"))
+    assert refused.value.code == "failed_precondition"
+    assert str(refused.value) == ("device: GPU 0 is in MIG mode; TDM slices need a card in tdm mode "
+                                  "(runtimekit device mode 0 tdm)")
+    assert slicer.table().slices == {}
+
+
+async def test_mig_on_a_tdm_card_and_mig_with_no_mig_card_are_refused(rig) -> None:
+    slicer, _, _ = rig
+    with pytest.raises(SliceError) as refused:
+        await slicer.create(mig(device="5"))
+    assert refused.value.code == "failed_precondition" and "runtimekit device mode 5 mig" in str(refused.value)
+    for index in (0, 1):
+        await slicer.set_device_mode(str(index), "tdm")
+    with pytest.raises(SliceError) as none:
+        await slicer.create(mig())
+    assert none.value.code == "failed_precondition" and "(it takes effect after a GPU reset)" in str(none.value)
+
+
+async def test_mode_change_with_slices_is_refused(rig) -> None:
+    slicer, _, node = rig
+    made = await slicer.create(mig(device="1"))
+    with pytest.raises(SliceError) as refused:
+        await slicer.set_device_mode("1", "tdm")
+    assert refused.value.code == "failed_precondition" and made.id in str(refused.value)
+    assert node.mig_mode(1) == (True, True)
+    await slicer.create(tdm(10, "1GiB", device="6"))
+    with pytest.raises(SliceError):
+        await slicer.set_device_mode("6", "mig")
+    assert node.mig_mode(6) == (False, False)
+
+
+async def test_mode_change_is_pending_until_a_reset_and_the_card_takes_no_slice_meanwhile(rig) -> None:
+    slicer, _, node = rig
+    info = await slicer.set_device_mode("7", "mig")
+    assert (info.mode, info.pending) == ("tdm", "mig")
+    for request in (tdm(10, "1GiB", device="7"), mig(device="7")):
+        with pytest.raises(SliceError) as refused:
+            await slicer.create(request)
+        assert refused.value.code == "failed_precondition" and "pending" in str(refused.value)
+    node.reset_gpu(7)
+    await slicer.reconcile()
+    assert (slicer.table().devices[7].mode, slicer.table().devices[7].pending) == ("mig", None)
+    assert (await slicer.create(mig(device="7"))).gpu.index == 7
+
+
+async def test_an_instance_in_use_is_not_destroyed(rig) -> None:
+    slicer, _, node = rig
+    made = await slicer.create(mig(device="0"))
+    pid = node.add_process(0, 1 << 30, gpu_instance=made.mig.gpu_instance_id, compute_instance=made.mig.compute_instance_id)
+    with pytest.raises(SliceError) as refused:
+        await slicer.delete(made.id)
+    assert refused.value.code == "failed_precondition"
+    assert len(node.gpu_instances(0)) == 1
+    assert slicer.table().slices[made.id].state == "ready"
+    node.remove_process(pid)
+    await slicer.delete(made.id)
+    assert node.gpu_instances(0) == []
+
+
+async def test_unknown_slice_and_bad_requests(rig) -> None:
+    slicer, _, _ = rig
+    with pytest.raises(SliceError) as missing:
+        await slicer.delete("s-000000000000")
+    assert missing.value.code == "not_found"
+    with pytest.raises(SliceError) as bad:
+        await slicer.create(tdm(101, "2GiB"))
+    assert (bad.value.code, bad.value.field) == ("invalid_argument", "compute")
+    with pytest.raises(SliceError) as any_device:
+        await slicer.set_device_mode("any", "mig")
+    assert any_device.value.field == "device"
+
+
+async def test_a_corrupt_journal_refuses_to_start_with_a_clear_error(make_slicer, tmp_path: Path) -> None:
+    from runtimekit.slicer.journal import JournalError
+
+    (tmp_path / "slicer.db").write_bytes(b"garbage " * 512)
+    slicer, state, _ = make_slicer()
+    with pytest.raises(JournalError, match="slicer.db: not a usable slicer journal"):
+        await slicer.start()
+    with pytest.raises(SliceError) as refused:
+        await slicer.create(tdm(10, "1GiB"))
+    assert refused.value.code == "unavailable"
+    await slicer.close()
+
+
+async def test_one_slicer_starts_again_after_close_with_its_slices(make_slicer) -> None:
+    slicer, _, _ = make_slicer()
+    await slicer.start()
+    made = await slicer.create(tdm(10, "1GiB"))
+    await slicer.close()
+    with pytest.raises(SliceError) as stopped:
+        await slicer.create(tdm(10, "1GiB"))
+    assert stopped.value.code == "unavailable"
+    await slicer.start()
+    assert list(slicer.table().slices) == [made.id]
+    await slicer.close()
