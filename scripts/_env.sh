@@ -22,3 +22,16 @@ ensure_venv() {
     fi
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extras"
 }
+
+# buf (npm's @bufbuild/buf, which ships the buf binary): tests/api/test_buf.py runs `buf lint` and
+# `buf breaking` on proto/runtimekit/v1. Installed into .tools/ (git-ignored), never globally;
+# Debian's nodejs and npm are installed first when npm is missing.
+BUF_VERSION=1.75.0
+TOOLS="$ROOT/.tools"
+
+ensure_buf() {
+    [ "$("$TOOLS/node_modules/.bin/buf" --version 2>/dev/null)" = "$BUF_VERSION" ] && return 0
+    command -v npm >/dev/null || apt_install nodejs npm
+    npm install --prefix "$TOOLS" --no-audit --no-fund --loglevel=error "@bufbuild/buf@$BUF_VERSION" >/dev/null
+    "$TOOLS/node_modules/.bin/buf" --version >/dev/null
+}

@@ -1,0 +1,214 @@
+"""runtimekit.v1 messages from and to the base's vocabulary (``runtimekit.state``): pure functions,
+no I/O. The servicer (``runtimekit.api.servicer``) only calls these.
+
+Units: the state speaks MiB (``Slice.memory_mib``, ``DeviceModeInfo``) and unix seconds; the API
+speaks bytes and ``google.protobuf.Timestamp`` (proto/runtimekit/v1/*.proto). Every device the
+agent manages today is an NVIDIA GPU read through NVML, so a device's kind and vendor are the
+constants below — data in the messages, so that other kinds and vendors need no new message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyped]
+
+from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
+from runtimekit.gpu.types import GpuSnapshot, is_available
+from runtimekit.state import NodeView
+from runtimekit.state.health import HEALTHY, RECOVERING, SUSPECT, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth, SliceHealth
+from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.state.slices import DeviceModeInfo, Slice, SliceRequest
+
+MIB = 1 << 20  # bytes in one MiB
+DEVICE_KIND = "gpu"
+DEVICE_VENDOR = "nvidia"
+
+_SLICE_STATES = {
+    "creating": slice_pb2.SLICE_STATE_CREATING,
+    "ready": slice_pb2.SLICE_STATE_READY,
+    "deleting": slice_pb2.SLICE_STATE_DELETING,
+}
+_HEALTH_STATES = {
+    HEALTHY: node_pb2.HEALTH_STATE_HEALTHY,
+    SUSPECT: node_pb2.HEALTH_STATE_SUSPECT,
+    UNHEALTHY: node_pb2.HEALTH_STATE_UNHEALTHY,
+    RECOVERING: node_pb2.HEALTH_STATE_RECOVERING,
+}
+
+
+def timestamp(unix_seconds: float) -> Timestamp:
+    """A Timestamp of ``unix_seconds`` (nanosecond precision)."""
+    stamp = Timestamp()
+    stamp.FromNanoseconds(round(unix_seconds * 1e9))
+    return stamp
+
+
+def slice_request(message: service_pb2.CreateSliceRequest) -> SliceRequest:
+    """CreateSliceRequest -> the raw SliceRequest the slicer validates (field for field)."""
+    return SliceRequest(
+        mode=message.mode,
+        memory=message.memory,
+        compute=message.compute,
+        device=message.device,
+        pod_uid=message.pod_uid,
+        container=message.container,
+        owner_id=message.owner_id,
+        priority=message.priority,
+    )
+
+
+def device_ref(gpu: GpuRef) -> slice_pb2.DeviceRef:
+    return slice_pb2.DeviceRef(
+        kind=DEVICE_KIND, vendor=DEVICE_VENDOR, uuid=gpu.uuid, index=gpu.index,
+        pci_address=str(gpu.pci) if gpu.pci is not None else "",
+    )
+
+
+def slice_message(item: Slice) -> slice_pb2.Slice:
+    """A Slice of the slice table -> its message (MiB -> bytes; unix seconds -> Timestamp)."""
+    spec = item.spec
+    message = slice_pb2.Slice(
+        id=item.id,
+        mode=spec.mode,
+        state=_SLICE_STATES.get(item.state, slice_pb2.SLICE_STATE_UNSPECIFIED),
+        device=device_ref(item.gpu),
+        profile=item.profile,
+        compute_percent=item.compute,
+        memory_bytes=item.memory_mib * MIB,
+        requested_compute_percent=spec.compute,
+        requested_memory_bytes=spec.memory_mib * MIB,
+        requested_device=str(spec.device),
+        owner=slice_pb2.Owner(pod_uid=spec.owner.pod_uid, container=spec.owner.container, owner_id=spec.owner.owner_id),
+        priority=spec.priority,
+        cdi_device=item.cdi_device,
+        created_at=timestamp(item.created_at),
+        reason=item.reason,
+    )
+    if item.mig is not None:
+        start, size = item.placement or (0, 0)
+        message.partition.CopyFrom(slice_pb2.Partition(
+            gpu_instance_id=item.mig.gpu_instance_id, compute_instance_id=item.mig.compute_instance_id,
+            uuid=item.mig.uuid, profile_id=item.profile_id or 0, placement_start=start, placement_size=size,
+        ))
+    return message
+
+
+def slice_messages(slices: Iterable[Slice]) -> list[slice_pb2.Slice]:
+    """Slices in id order (a stable order for lists and watches)."""
+    return [slice_message(item) for item in sorted(slices, key=lambda item: item.id)]
+
+
+def fault_message(fault: ActiveFault) -> node_pb2.Fault:
+    return node_pb2.Fault(
+        fault=fault.fault, severity=fault.severity, action=fault.action, evidence=fault.evidence, clears=fault.clears,
+        first_seen=timestamp(fault.first_seen), last_seen=timestamp(fault.last_seen), fault_class=fault.fault_class,
+        partition_gpu_instance_id=fault.gpu_instance_id,  # None leaves the optional field absent
+    )
+
+
+def device_health(health: GpuHealth) -> node_pb2.DeviceHealth:
+    return node_pb2.DeviceHealth(
+        state=_HEALTH_STATES.get(health.state, node_pb2.HEALTH_STATE_UNSPECIFIED),
+        schedulable=health.schedulable,
+        action=health.action,
+        since=timestamp(health.since),
+        faults=[fault_message(fault) for fault in health.faults],
+        partition_faults=[fault_message(fault) for fault in health.instance_faults],
+    )
+
+
+def slice_health(health: SliceHealth, refs: dict[int, GpuRef]) -> node_pb2.SliceHealth:
+    return node_pb2.SliceHealth(
+        slice_id=health.id,
+        ref=device_ref(refs.get(health.gpu_index, GpuRef(health.gpu_uuid, health.gpu_index))),
+        partition_gpu_instance_id=health.gpu_instance_id,  # None leaves the optional field absent
+        state=_HEALTH_STATES.get(health.state, node_pb2.HEALTH_STATE_UNSPECIFIED),
+        action=health.action,
+        since=timestamp(health.since),
+        faults=[fault_message(fault) for fault in health.faults],
+        memory_used_bytes=health.memory_used_bytes,
+        utilization=health.utilization,
+    )
+
+
+def gpu_ref(gpu: GpuSnapshot) -> GpuRef:
+    """The reference of a sampled GPU ("" for a UUID the driver could not give)."""
+    uuid = gpu.identity.uuid if is_available(gpu.identity.uuid) else ""
+    pci = gpu.identity.pci_bus_id
+    try:
+        address = PciAddress.parse(pci) if is_available(pci) else None
+    except ValueError:  # the reader normalises it; an unreadable one is left out, not fatal
+        address = None
+    return GpuRef(uuid, gpu.index, address)
+
+
+def node_health(health: NodeHealth | None, refs: dict[int, GpuRef]) -> node_pb2.NodeHealth:
+    """The node's verdict; an empty NodeHealth (state UNSPECIFIED) before the first one.
+    ``refs``: the sampled GPUs by index, for their PCI addresses."""
+    if health is None:
+        return node_pb2.NodeHealth()
+    return node_pb2.NodeHealth(
+        state=_HEALTH_STATES.get(health.state, node_pb2.HEALTH_STATE_UNSPECIFIED),
+        action=health.action,
+        evaluated_at=timestamp(health.evaluated_at),
+        faults=[fault_message(fault) for fault in health.faults],
+        devices=[
+            node_pb2.DeviceHealthEntry(ref=device_ref(refs.get(gpu.index, GpuRef(gpu.uuid, gpu.index))), health=device_health(gpu))
+            for gpu in sorted(health.gpus, key=lambda gpu: gpu.index)
+        ],
+        slices=[slice_health(item, refs) for item in sorted(health.slices, key=lambda item: item.id)],
+    )
+
+
+def device_message(
+    ref: GpuRef, gpu: GpuSnapshot | None, info: DeviceModeInfo | None, health: GpuHealth | None
+) -> node_pb2.Device:
+    """One device: its sample (``gpu``, None if not sampled), its slicing (``info``, None when the
+    slicer is disabled) and its health (None before a verdict)."""
+    message = node_pb2.Device(ref=device_ref(ref))
+    if gpu is not None:
+        message.lost = gpu.lost
+        if is_available(gpu.identity.name):
+            message.model = gpu.identity.name
+        if is_available(gpu.limits.memory_total_bytes):
+            message.memory_bytes = gpu.limits.memory_total_bytes
+    if info is not None:
+        message.mode = info.mode
+        message.pending_mode = info.pending or ""
+        message.partition_capable = info.mig_capable
+        message.slice_ids.extend(info.slices)
+        message.capacity.CopyFrom(node_pb2.Capacity(
+            compute_percent_total=100, compute_percent_free=info.compute_free, memory_bytes_total=info.memory_mib * MIB,
+            memory_bytes_usable=info.usable_memory_mib * MIB, memory_bytes_free=info.memory_free_mib * MIB,
+        ))
+        if not message.memory_bytes:
+            message.memory_bytes = info.memory_mib * MIB
+    if health is not None:
+        message.health.CopyFrom(device_health(health))
+    return message
+
+
+def node_message(view: NodeView, slicer_enabled: bool) -> node_pb2.Node:
+    """The node from one view: sampled devices by index, their slicing and health, the verdict."""
+    snapshot = view.snapshot
+    gpus = {gpu.index: gpu for gpu in snapshot.gpus} if snapshot is not None else {}
+    refs = {index: gpu_ref(gpu) for index, gpu in gpus.items()}
+    health = {gpu.index: gpu for gpu in view.health.gpus} if view.health is not None else {}
+    node = node_pb2.Node(slicer_enabled=slicer_enabled, health=node_health(view.health, refs))
+    for index in sorted(gpus):
+        node.devices.append(device_message(refs[index], gpus[index], view.slices.devices.get(index), health.get(index)))
+    if snapshot is not None:
+        node.sampled_at.CopyFrom(timestamp(snapshot.sampled_at))
+        if snapshot.driver is not None and is_available(snapshot.driver.driver_version):
+            node.driver_version = snapshot.driver.driver_version
+    return node
+
+
+def mode_device(view: NodeView, info: DeviceModeInfo) -> node_pb2.Device:
+    """The device SetDeviceMode changed: ``info`` (the slicer's answer) with the device's sample
+    and health from ``view``."""
+    index = info.gpu.index
+    gpu = next((gpu for gpu in view.snapshot.gpus if gpu.index == index), None) if view.snapshot is not None else None
+    health = next((h for h in view.health.gpus if h.index == index), None) if view.health is not None else None
+    return device_message(info.gpu, gpu, info, health)

@@ -1,0 +1,89 @@
+"""The API's server: the socket's mode, its life cycle, the gRPC health service and reflection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import grpc.aio
+import pytest
+from api_fakes import make_state
+from api_harness import Api, api_config
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from runtimekit.api import SERVICE_NAME, ApiServer
+
+
+async def test_the_socket_is_mode_0600_whatever_the_umask(short_dir: Path) -> None:
+    server = ApiServer(make_state(), None, api_config(short_dir))
+    old = os.umask(0)  # a socket bound in place would be 0777 (srwxrwxrwx)
+    try:
+        await server.start()
+    finally:
+        os.umask(old)
+    try:
+        mode = os.stat(server.socket_path).st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+        assert server.socket_path == str(short_dir / "runtimekit.sock")  # Config.api_socket's default
+        assert sorted(os.listdir(short_dir)) == ["runtimekit.sock"]  # the private bind directory is gone
+    finally:
+        await server.stop()
+
+
+async def test_stop_removes_the_socket_and_the_server_starts_again(short_dir: Path) -> None:
+    server = ApiServer(make_state(), None, api_config(short_dir))
+    await server.start()
+    await server.stop()
+    assert not os.path.exists(server.socket_path)
+    await server.stop()  # idempotent
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"unix:{server.socket_path}") as channel:
+            answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await server.stop()
+
+
+async def test_a_stale_socket_is_replaced_and_a_file_is_never_removed(short_dir: Path) -> None:
+    path = short_dir / "runtimekit.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # the socket file stays, as after a crash
+    server = ApiServer(make_state(), None, api_config(short_dir))
+    await server.start()
+    await server.stop()
+    path.write_text("not a socket")
+    with pytest.raises(FileExistsError, match="is not a socket"):
+        await server.start()
+    assert path.read_text() == "not a socket"
+
+
+@pytest.mark.parametrize("service", ["", SERVICE_NAME])
+async def test_the_health_service_says_serving(api: Api, service: str) -> None:
+    stub = health_pb2_grpc.HealthStub(api.channel)
+    answer = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_lists_the_service_and_describes_its_files(api: Api) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(api.channel)
+    requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
+                reflection_pb2.ServerReflectionRequest(file_containing_symbol="runtimekit.v1.CreateSliceRequest")]
+    answers = [answer async for answer in stub.ServerReflectionInfo(iter(requests))]
+    names = {service.name for service in answers[0].list_services_response.service}
+    assert {"runtimekit.v1.AgentService", "grpc.health.v1.Health"} <= names
+    assert SERVICE_NAME == "runtimekit.v1.AgentService"
+    assert answers[1].file_descriptor_response.file_descriptor_proto  # the descriptors a client can build stubs from
+
+
+async def test_tcp_without_a_readable_certificate_names_the_key(short_dir: Path) -> None:
+    config = api_config(short_dir, **{"api.tcp_listen": "127.0.0.1:0", "api.tls_cert_file": str(short_dir / "missing.pem"),
+                                      "api.tls_key_file": str(short_dir / "missing.key")})
+    server = ApiServer(make_state(), None, config)
+    with pytest.raises(ValueError, match=r"api.tls_key_file: cannot read .*missing.key"):
+        await server.start()
+    assert not os.path.exists(server.socket_path)
