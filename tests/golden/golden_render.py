@@ -10,8 +10,9 @@ simulated node through pynvml, the ``Attributor`` asking the simulator's fake ku
 runtime (unix sockets) and reading its /proc tree, and the ``HealthChecker`` running the real
 detectors and state machine.
 
-One case per scenario of ``sim.list_scenarios()``, plus degraded variants named after it
-(``dgx-h100-xid-79``: GPU 5 fell off the bus). The node: seed 1, "training" load, ``PODS`` generated
+One case per scenario of ``sim.list_scenarios()``, plus variants named after it
+(``dgx-h100-xid-79``: GPU 5 fell off the bus; ``dgx-a100-mig``: GPU 0, in MIG mode from the
+scenario, holds a 3g.40gb and a 1g.10gb instance, a process of pod ``ml/infer-0`` runs in the 3g). The node: seed 1, "training" load, ``PODS`` generated
 pods running ``PROCESSES`` background processes, simulated time 0 at ``T0`` (the simulator starts
 its time at the first clock reading) and sampled at ``T0 + 300`` s so counters are non-trivial;
 XID 13 injected on GPU 1 at ``T0 + 299`` and recorded in NodeState as the event thread would.
@@ -28,6 +29,7 @@ import logging
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,6 +48,7 @@ from runtimekit.healthcheck.checker import HealthChecker
 from runtimekit.healthcheck.detectors import run_detectors
 from runtimekit.healthcheck.thresholds import load_thresholds
 from runtimekit.sim.host import SimulatedHost
+from runtimekit.sim.mig_profiles import ci_profiles
 from runtimekit.state import NodeState, SamplerStats
 
 T0 = 1_750_000_000.0
@@ -63,7 +66,26 @@ QUIET = logging.getLogger("runtimekit.tests.golden")
 CASES: dict[str, tuple[str, tuple[tuple[int, int], ...]]] = {
     **{scenario: (scenario, ((1, 13),)) for scenario in sim.list_scenarios()},
     "dgx-h100-xid-79": ("dgx-h100", ((1, 13), (5, 79))),
+    "dgx-a100-mig": ("dgx-a100", ((1, 13),)),
 }
+
+
+def mig_instances(node: sim.SimulatedNode) -> None:
+    """GPU 0 (in MIG mode): a 3g.40gb at memory slice 4 and a 1g.10gb at 0, each with one compute
+    instance taking it whole; a process of pod ml/infer-0 holding 6 GiB in the 3g."""
+    instances = []
+    for profile_id, start in ((9, 4), (19, 0)):  # 3g.40gb, 1g.10gb
+        gi = node.create_gpu_instance(0, profile_id, start)
+        full = next(p for p in ci_profiles(gi.profile) if p.compute_slices == gi.profile.compute_slices)
+        instances.append((gi.id, node.create_compute_instance(0, gi.id, full.id).id))
+    node.add_pod("ml", "infer-0", [{"name": "server"}])
+    gi_id, ci_id = instances[0]
+    node.add_process(0, 6 << 30, "python", namespace="ml", pod="infer-0", container="server",
+                     gpu_instance=gi_id, compute_instance=ci_id)
+
+
+# case -> what is done to the node before the XIDs (instances, pods, processes).
+SETUPS: dict[str, Callable[[sim.SimulatedNode], None]] = {"dgx-a100-mig": mig_instances}
 
 
 async def fill_state(case: str, now: list[float], root: Path) -> NodeState:
@@ -79,6 +101,7 @@ async def fill_state(case: str, now: list[float], root: Path) -> NodeState:
         await host.start()
         try:
             node.now()  # simulated time 0 is T0
+            SETUPS.get(case, lambda _: None)(node)
             now[0] = XID_AT
             for gpu, xid in xids:
                 node.inject(gpu, "xid", xid=xid)

@@ -89,7 +89,8 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     for source in ("kubelet", "cri", "procfs"):
         assert f'runtimekit_attribution_source_up{{source="{source}"}} 1.0' in text
     assert 'runtimekit_process_gpu_memory_bytes{' in text and 'namespace="sim",pid="' in text
-    assert 'runtimekit_pod_gpu_allocated{container="worker",device_id="' in text and 'pod="sim-pod-0003"' in text
+    assert 'runtimekit_pod_gpu_allocated{compute_instance="",container="worker",device_id="' in text
+    assert 'pod="sim-pod-0003"' in text
     assert 'runtimekit_process_info{command="python -m torch.distributed.run train.py --config llama.yaml --wandb-api-key=<redacted>"' in text
     assert "sim-secret" not in text
     # The health families, from the real detectors and state machine: XID 13 is an application fault.
@@ -106,3 +107,13 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
             assert f'runtimekit_gpu_xid_errors_total{{gpu="{gpu}",' in text and 'xid="79"} 1.0' in text
     node = "unhealthy" if lost else "healthy"
     assert f'runtimekit_node_health{{state="{node}"}} 1.0' in text
+    # MIG: dgx-a100 starts GPUs 0 and 1 in MIG mode (healthy, as above); dgx-a100-mig has instances on GPU 0.
+    mig = CASES[scenario][0] == "dgx-a100"
+    assert re.search(rf'runtimekit_gpu_mig_mode\{{gpu="0",state="current",uuid="[^"]+"\}} {1.0 if mig else 0.0}\n', text)
+    assert ('runtimekit_gpu_mig_devices{gpu="1",' in text) is mig
+    if scenario == "dgx-a100-mig":
+        assert re.search(r'runtimekit_gpu_mig_device_info\{compute_instance="0",gpu="0",gpu_instance="1",mig_uuid="MIG-[^"]+",'
+                         r'profile="3g.40gb",uuid="[^"]+"\} 1\.0', text)
+        assert re.search(r'runtimekit_pod_gpu_memory_used_bytes\{compute_instance="0",container="server",gpu="0",'
+                         r'gpu_instance="1",namespace="ml",pod="infer-0",uuid="[^"]+"\} 6\.442450944e\+09', text)
+        assert 'runtimekit_process_gpu_sm_utilization_ratio{compute_instance="0"' not in text  # not in MIG
