@@ -5,6 +5,7 @@ raises SliceError naming the broken field and nothing else."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,7 @@ POD = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 GPU = "GPU-fe447eaf-b90a-4137-9cde-91d400b091db"
 
 
-def request(**changes: object) -> SliceRequest:
+def request(**changes: Any) -> SliceRequest:
     return dataclasses.replace(SliceRequest(mode="tdm", memory="2GiB", compute=50, owner_id="alice"), **changes)
 
 
@@ -102,7 +103,7 @@ def test_bad_devices_are_refused(text: str) -> None:
     ({"priority": 101}, "priority"),
     ({"priority": False}, "priority"),
 ])
-def test_refusals_name_their_field(changes: dict[str, object], field: str) -> None:
+def test_refusals_name_their_field(changes: dict[str, Any], field: str) -> None:
     error = refusal(request(**changes))
     assert error.field == field
     assert str(error).startswith(f"{field}: ") and ", got " in str(error)
@@ -157,7 +158,7 @@ def test_every_valid_request_parses_and_round_trips(req: SliceRequest) -> None:
 
 @given(VALID, st.sampled_from(sorted(INVALID)), st.data())
 def test_every_invalid_field_is_refused_naming_it(req: SliceRequest, field: str, data: st.DataObject) -> None:
-    bad = data.draw(INVALID[field])
+    bad: Any = data.draw(INVALID[field])
     error = refusal(dataclasses.replace(req, **{field: bad}))
     assert error.field == field
     assert str(error).startswith(f"{field}: ") and str(error).endswith(f", got {bad!r}")
