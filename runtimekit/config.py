@@ -208,6 +208,14 @@ class SlicerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyConfig:
+    """Topology discovery (``runtimekit.topology``): GPU links from NVML, the PCI hierarchy from sysfs."""
+
+    enabled: bool = setting(True, "discover the node's topology (GET /api/v1/topology, runtimekit topo)")
+    sys_root: str = setting("/sys", "the host's sysfs (mount it read-only into the container)")
+
+
+@dataclass(frozen=True, slots=True)
 class ApiConfig:
     """The gRPC API runtimekit.v1 (``runtimekit.api``): the one way in for the container layer."""
 
@@ -235,6 +243,7 @@ class Config:
     components: ComponentsConfig = section(ComponentsConfig)
     listener: ListenerConfig = section(ListenerConfig)
     slicer: SlicerConfig = section(SlicerConfig)
+    topology: TopologyConfig = section(TopologyConfig)
     api: ApiConfig = section(ApiConfig)
     # Keys of the sections that the command line registered with their component (the simulator's
     # ``sim.*``): dotted key -> validated value. Empty for a production agent.

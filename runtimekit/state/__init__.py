@@ -1,5 +1,5 @@
 """The base's shared state and vocabulary: typed topics and the immutable node view
-(``node``), GPU and MIG references and device ids (``refs``), the health verdict (``health``), slices (``slices``)."""
+(``node``), GPU and MIG references and device ids (``refs``), the health verdict (``health``), slices (``slices``), topology (``topology``)."""
 
 from runtimekit.state.node import (
     ATTRIBUTION,
@@ -8,6 +8,7 @@ from runtimekit.state.node import (
     SAMPLE,
     SLICES,
     TOPICS,
+    TOPOLOGY,
     XID_LOG_SIZE,
     XIDS,
     ComponentStatus,
@@ -25,6 +26,7 @@ __all__ = [
     "HEALTH",
     "SAMPLE",
     "SLICES",
+    "TOPOLOGY",
     "TOPICS",
     "XIDS",
     "XID_LOG_SIZE",

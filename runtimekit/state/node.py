@@ -28,6 +28,7 @@ from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.types import NodeSnapshot, XidEvent
 from runtimekit.state.health import STATE_UNWRITABLE, NodeHealth
 from runtimekit.state.slices import SliceTable
+from runtimekit.state.topology import Topology
 
 log = logging.getLogger("runtimekit.state")
 
@@ -41,7 +42,8 @@ XIDS = "xids"
 HEALTH = "health"
 COMPONENTS = "components"
 SLICES = "slices"
-TOPICS: tuple[str, ...] = (SAMPLE, ATTRIBUTION, XIDS, HEALTH, COMPONENTS, SLICES)
+TOPOLOGY = "topology"
+TOPICS: tuple[str, ...] = (SAMPLE, ATTRIBUTION, XIDS, HEALTH, COMPONENTS, SLICES, TOPOLOGY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ class NodeView:
     health: NodeHealth | None = None
     components: Mapping[str, ComponentStatus] = field(default_factory=lambda: MappingProxyType({}))
     slices: SliceTable = field(default_factory=SliceTable)
+    topology: Topology | None = None
 
     @property
     def ready(self) -> tuple[bool, str]:
@@ -250,6 +253,10 @@ class NodeState:
     def publish_slices(self, slices: SliceTable) -> None:
         """Publish the slice table (the slicer, after every change it commits)."""
         self._publish(SLICES, slices=slices)
+
+    def publish_topology(self, topology: Topology) -> None:
+        """Publish the node's topology (discovery, at start and after a change of the GPUs)."""
+        self._publish(TOPOLOGY, topology=topology)
 
     def _publish(self, topic: str, update: Callable[[NodeView], dict[str, Any]] | None = None, **values: Any) -> None:
         with self._lock:
