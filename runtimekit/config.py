@@ -189,7 +189,8 @@ class SlicerConfig:
     cdi_dir: str = setting("/var/run/cdi", "directory the CDI specification of each TDM slice is written to")
     cdi_vendor: str = setting("runtimekit.io", "the CDI vendor name (a slice is injected as VENDOR/slice=ID)")
     owner_grace_seconds: float = setting(
-        60.0, "seconds a pod owner may be missing from the kubelet's pod-resources before its slices are reclaimed",
+        60.0, "seconds a pod owner seen on the node may be missing (no container listed by the CRI runtime) before its "
+        "slices are reclaimed",
         between(0, 86_400),
     )
     owner_start_seconds: float = setting(

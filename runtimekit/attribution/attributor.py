@@ -193,7 +193,10 @@ class Attributor:
         if self.cri.due(now, self.cri_refresh_seconds) or (unknown and self.cri.due(now, UNKNOWN_RETRY_SECONDS)):
 
             async def fetch() -> dict[str, ContainerInfo]:
-                return {c.container_id: c for c in await self.cri_client.list_containers()}
+                # Every container, exited ones too: a process is matched by its own (running)
+                # container's id either way, and a pod whose container is crash-looping has no
+                # running container between restarts but is still there (pod_uids below).
+                return {c.container_id: c for c in await self.cri_client.list_containers(running_only=False)}
 
             await self.cri.refresh(fetch, now)
 

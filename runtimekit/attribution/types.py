@@ -123,8 +123,10 @@ class AttributionSnapshot:
     pods: tuple[PodGpuUsage, ...] = ()
     allocations: tuple[DeviceAllocation, ...] = ()
     sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))
-    # UIDs of the pods with a running container (the CRI runtime's ListContainers, refreshed every
-    # attribution.cri_refresh_seconds); None while the runtime's answer is unknown or too old. The
-    # slicer reclaims a pod's slices only when this is known and lacks the pod.
+    # UIDs of the pods with a container in any state, exited ones too (the CRI runtime's
+    # ListContainers, refreshed every attribution.cri_refresh_seconds: a crash-looping pod keeps its
+    # exited container between restarts; a deleted pod's containers are removed); None while the
+    # runtime's answer is unknown or too old. The slicer reclaims a pod's slices only when this is
+    # known and lacks the pod.
     pod_uids: frozenset[str] | None = None
     dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))

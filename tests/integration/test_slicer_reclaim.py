@@ -3,7 +3,9 @@
 The pod's UID reaches the slicer through the attribution snapshot (the CRI runtime's running
 containers); when the simulated pod is deleted, its containers leave the fake CRI runtime's list, and
 after ``slicer.owner_grace_seconds`` the slice is deleted and its CDI spec removed. A slice of a free
-owner id stays. Short grace and refresh periods keep the test quick; the rules are the production ones.
+owner id stays, and so does the slice of a pod that is running well past both waits (a pod never seen
+running would have lost it after ``owner_start_seconds``). Short grace and refresh periods keep the
+test quick; the rules are the production ones.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def slice_ids(state_dir) -> set[str]:
 def test_a_deleted_pods_slice_is_reclaimed_after_the_grace_and_a_free_owners_stays(tmp_path):
     cdi_dir = tmp_path / "cdi"
     config = tmp_path / "runtimekit.yaml"
-    config.write_text(f"slicer:\n  cdi_dir: {cdi_dir}\n  owner_grace_seconds: 1\n  owner_start_seconds: 600\n  reconcile_seconds: 0.2\n"
+    config.write_text(f"slicer:\n  cdi_dir: {cdi_dir}\n  owner_grace_seconds: 1\n  owner_start_seconds: 4\n  reconcile_seconds: 0.2\n"
                       "attribution:\n  cri_refresh_seconds: 1\n")
     agent = start_agent(tmp_path, "--sim", "dgx-a100", "--config", str(config), "--sim-load", "idle")
     state_dir = tmp_path / "state"
@@ -44,7 +46,9 @@ def test_a_deleted_pods_slice_is_reclaimed_after_the_grace_and_a_free_owners_sta
         owned = json.loads(made.stdout)["id"]
         free = json.loads(cli(state_dir, "slice", "create", "--mode", "tdm", "--memory", "1GiB", "--owner", "me",
                               "-o", "json").stdout)["id"]
-        time.sleep(2.5)  # beyond the grace: the pod is alive, so nothing is reclaimed
+        # Past both waits: a pod never seen running would be reclaimed after 4 s; this one runs (the
+        # fake runtime lists its container within attribution.cri_refresh_seconds), so it is kept.
+        time.sleep(6)
         assert slice_ids(state_dir) == {owned, free}
 
         request_json("DELETE", agent.url + "/sim/v1/pods", {"namespace": "dev", "name": "notebook"})
