@@ -15,39 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from runtimekit import __version__
 from runtimekit import config as config_module
 from runtimekit._compat import UnsupportedVersion, check_versions
 from runtimekit.slicer.journal import Journal, JournalError
+from runtimekit.state_dir import check_state_dir, lock_state_dir
 
 EXIT_USAGE = 2
-
-
-class StateDirError(ValueError):
-    """The state directory cannot hold the agent's state; the message names it and the rule."""
-
-
-def check_state_dir(path: str | Path) -> None:
-    """Make sure ``path`` is a directory the agent can write (created with its parents if missing),
-    by creating and removing a file in it — ``os.access`` is not the answer for root, read-only
-    mounts or ACLs. StateDirError otherwise: the agent refuses to start rather than run with health
-    that is never persisted."""
-    path = Path(path)
-    rule = f"state_dir {path}: must be a directory the agent can write"
-    if os.path.lexists(path) and not path.is_dir():
-        raise StateDirError(f"{rule} ({'it is a file' if path.is_file() else 'it is not a directory'})")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise StateDirError(f"{rule} (cannot create it: {error.strerror or error})") from None
-    probe = path / f".write-test-{os.getpid()}"
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.unlink(probe)
-    except OSError as error:
-        raise StateDirError(f"{rule} (cannot create a file in it: {error.strerror or error})") from None
 
 
 def _serve_parser(commands: argparse._SubParsersAction) -> None:
@@ -187,6 +162,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
             load_thresholds(config.health.thresholds)  # a bad thresholds file is a usage error too
         check_state_dir(config.state_dir)  # state that could never be persisted is refused, not lived with
+        lock_state_dir(config.state_dir)  # held until the process ends: one agent per state directory
         if config.slicer.enabled:
             Journal.in_state_dir(config.state_dir).close()  # a corrupt or foreign journal: refused, by name
         if args.sim is not None:

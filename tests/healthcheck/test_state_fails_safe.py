@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from exporter_factories import make_gpu, make_snapshot, uuid_for
 
-from runtimekit import cli
+from runtimekit import state_dir
 from runtimekit.gpu.types import XidEvent
 from runtimekit.healthcheck import store as store_module
 from runtimekit.healthcheck.api import add_health_routes
@@ -40,6 +40,7 @@ from runtimekit.healthcheck.types import (
     NodeHealth,
 )
 from runtimekit.state import NodeState, SamplerStats
+from runtimekit.state_dir import StateDirError, check_state_dir, lock_state_dir
 
 UNREADABLE = "health_state_unreadable"
 NOW = 1_700_000_000.0
@@ -334,8 +335,8 @@ def test_a_verdict_from_a_loaded_state_renders(tmp_path, boot_id):
 def test_a_state_dir_that_is_a_file_is_refused_naming_the_directory_and_the_rule(tmp_path):
     blocker = tmp_path / "state"
     blocker.write_text("")
-    with pytest.raises(cli.StateDirError) as caught:
-        cli.check_state_dir(blocker)
+    with pytest.raises(StateDirError) as caught:
+        check_state_dir(blocker)
     assert str(caught.value) == f"state_dir {blocker}: must be a directory the agent can write (it is a file)"
 
 
@@ -347,12 +348,20 @@ def test_a_state_dir_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(cli.os, "open", read_only)
-    with pytest.raises(cli.StateDirError, match=r"^state_dir .*: must be a directory the agent can write "
+    monkeypatch.setattr(state_dir.os, "open", read_only)
+    with pytest.raises(StateDirError, match=r"^state_dir .*: must be a directory the agent can write "
                                             r"\(cannot create a file in it: Permission denied\)$"):
-        cli.check_state_dir(tmp_path)
+        check_state_dir(tmp_path)
 
 
 def test_a_missing_state_dir_is_created_and_a_writable_one_is_left_clean(tmp_path):
-    cli.check_state_dir(tmp_path / "a" / "state")
+    check_state_dir(tmp_path / "a" / "state")
     assert (tmp_path / "a" / "state").is_dir() and list((tmp_path / "a" / "state").iterdir()) == []
+
+
+def test_one_state_dir_serves_one_agent_and_a_dead_agents_hold_is_gone(tmp_path):
+    held = lock_state_dir(tmp_path)
+    with pytest.raises(StateDirError, match=rf"^state_dir {tmp_path}: another agent \(pid {os.getpid()}\) is using it"):
+        lock_state_dir(tmp_path)
+    os.close(held)  # what the kernel does when the holder dies, SIGKILL included
+    os.close(lock_state_dir(tmp_path))
