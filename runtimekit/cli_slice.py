@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import stat
 import sys
@@ -45,6 +46,28 @@ class CliError(Exception):
 
 # -- parsers ---------------------------------------------------------------------------------------
 
+
+def _int32(text: str) -> int:
+    """An integer the request can carry (int32); the agent checks its own range and names the field."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"must be an integer from {-(2**31)} to {2**31 - 1}, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A deadline: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
 def _client_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--socket", metavar="PATH", help="the agent's API socket (default: from --config/--state-dir, "
@@ -52,7 +75,7 @@ def _client_options() -> argparse.ArgumentParser:
     options.add_argument("--config", metavar="FILE", help="the agent's configuration file (its api.socket, state_dir)")
     options.add_argument("--state-dir", metavar="DIR", help="the agent's state directory (its socket is DIR/runtimekit.sock)")
     options.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format (default table)")
-    options.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    options.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
                          help="give up after this long (default 30; making a MIG slice takes seconds)")
     return options
 
@@ -64,13 +87,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     actions = slices.add_subparsers(dest="slice_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[options], help="make a slice")
     create.add_argument("--mode", required=True, help="tdm (a time-shared share) or mig (a hardware partition)")
-    create.add_argument("--compute", type=int, default=0, metavar="N", help="percent of one card, 1-100 (default 0: unlimited)")
+    create.add_argument("--compute", type=_int32, default=0, metavar="N", help="percent of one card, 1-100 (default 0: unlimited)")
     create.add_argument("--memory", required=True, metavar="SIZE", help="NGiB or NMiB, a multiple of 128 MiB (2GiB, 512MiB)")
     create.add_argument("--device", default="", metavar="D", help="a GPU index or UUID (default: any)")
     create.add_argument("--pod-uid", default="", metavar="U", help="the owning pod's UID (with --container)")
     create.add_argument("--container", default="", metavar="C", help="the owning container's name")
     create.add_argument("--owner", default="", metavar="ID", help="a free owner id (instead of --pod-uid/--container)")
-    create.add_argument("--priority", type=int, default=0, metavar="P", help="higher is more important (default 0)")
+    create.add_argument("--priority", type=_int32, default=0, metavar="P", help="higher is more important (default 0)")
     create.set_defaults(handler=guarded(_run_create))
     actions.add_parser("list", parents=[options], help="every slice").set_defaults(handler=guarded(_run_list))
     for name, handler, what in (("get", _run_get, "read a slice"), ("delete", _run_delete, "delete a slice")):

@@ -17,6 +17,7 @@ that CA (mutual TLS). Sources: grpc.aio's Server API; the health checking protoc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -72,6 +73,7 @@ class ApiServer:
         self._slicer = slicer
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._stopped = asyncio.Event()
         self.tcp_port: int | None = None  # the bound TCP port (useful with port 0); None without TCP
 
     async def start(self) -> None:
@@ -102,6 +104,7 @@ class ApiServer:
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
+        self._stopped.clear()
         tcp = f" and {self._api.tcp_listen} (TLS{', client certificates required' if self._api.tls_client_ca_file else ''})"
         log.info("runtimekit.v1 serving on unix:%s%s", self.socket_path, tcp if self.tcp_port is not None else "")
 
@@ -116,9 +119,11 @@ class ApiServer:
         return int(port)
 
     async def wait(self) -> None:
-        """Return once the server has stopped (a supervised component's ``run``)."""
+        """Return once ``stop`` ran (a supervised component's ``run``). Cancelling it is safe: it
+        never awaits grpc's ``wait_for_termination``, whose cancellation leaves the server unable
+        to shut down (its shutdown then raises CancelledError and the socket stays behind)."""
         if self._server is not None:
-            await self._server.wait_for_termination()
+            await self._stopped.wait()
 
     async def stop(self, grace: float | None = STOP_GRACE_SECONDS) -> None:
         """Stop serving (health NOT_SERVING first), remove the socket; idempotent."""
@@ -127,6 +132,9 @@ class ApiServer:
             return
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
-        await server.stop(grace)
-        self.tcp_port = None
-        remove_stale_socket(self.socket_path, create_dir=False)
+        try:
+            await server.stop(grace)
+        finally:
+            self.tcp_port = None
+            remove_stale_socket(self.socket_path, create_dir=False)
+            self._stopped.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import stat
@@ -46,6 +47,19 @@ async def test_stop_removes_the_socket_and_the_server_starts_again(short_dir: Pa
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         await server.stop()
+
+
+async def test_stopping_after_the_supervisor_cancelled_its_wait_removes_the_socket(short_dir: Path) -> None:
+    """As the supervisor stops the api component: its ``run`` (``wait``) is cancelled, then ``stop``."""
+    server = ApiServer(make_state(), None, api_config(short_dir))
+    await server.start()
+    waiting = asyncio.create_task(server.wait())
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await server.stop()
+    assert not os.path.exists(server.socket_path)
 
 
 async def test_a_stale_socket_is_replaced_and_a_file_is_never_removed(short_dir: Path) -> None:

@@ -98,3 +98,19 @@ async def test_a_socket_nobody_serves_is_one_line(short_dir: Path, capsys: pytes
     code, out, err = await run(capsys, "node", "--socket", str(path), "--timeout", "0.5")
     assert (code, out) == (1, "")
     assert err == f"runtimekit: error: cannot reach the agent at unix:{path}: nothing answers on the socket\n"
+
+
+@pytest.mark.parametrize("flag,value,rule", [
+    ("--compute", "99999999999", "must be an integer from -2147483648 to 2147483647"),
+    ("--priority", "ten", "must be an integer"),
+    ("--timeout", "-1", "must be a finite number of seconds above 0"),
+    ("--timeout", "nan", "must be a finite number of seconds above 0"),
+])
+def test_flags_out_of_what_a_request_can_carry_are_refused_by_name(
+    short_dir: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, rule: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["slice", "create", "--mode", "tdm", "--memory", "1GiB", "--owner", "me", flag, value,
+              "--socket", str(short_dir / "absent.sock")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument {flag}: {rule}" in err and "Traceback" not in err
