@@ -65,8 +65,9 @@ POLICY_KEYS: dict[str, Key] = {
     "schedulable": Key(bool, None, "new work may still be placed on the GPU"),
     "clears": Key(str, None, "how the fault clears once its signal is gone", allowed=CLEARS),
     "scope": Key(str, None, "raised in a MIG instance: holds the card (default) or only the instance", allowed=SCOPES),
+    "slice_severity": Key(str, None, "with scope instance: the severity for the instance and its slice", allowed=SEVERITIES),
 }
-OPTIONAL = ("scope",)  # policy keys an entry may leave out (scope: card)
+OPTIONAL = ("scope", "slice_severity")  # policy keys an entry may leave out (scope: card; slice_severity: severity)
 FAULT_KEYS: dict[str, Key] = {
     "detector": Key(str, None, "the detector that raises the fault", allowed=DETECTORS),
     **POLICY_KEYS,
@@ -96,6 +97,7 @@ class FaultPolicy:
     schedulable: bool
     clears: str
     scope: str = CARD  # INSTANCE: raised in a MIG instance, it holds only that instance (and its slice)
+    slice_severity: str | None = None  # with scope INSTANCE: its severity when an instance holds it
 
     @property
     def rank(self) -> tuple[int, int, int]:
@@ -175,7 +177,10 @@ class Policy:
         ``slice_id``. The policy's ``scope`` travels with it: whether an instance's fault holds the card
         or only the instance is decided here, once (``ActiveFault.instance_scoped``)."""
         p = policy or self.fault(fault)
-        return Finding(gpu_index, uuid, fault, p.severity, p.action, evidence, p.clears, gpu_instance_id,
+        severity = p.severity
+        if gpu_instance_id is not None and p.scope == INSTANCE and p.slice_severity is not None:
+            severity = p.slice_severity  # held by the instance (and its slice) only: the card never sees it
+        return Finding(gpu_index, uuid, fault, severity, p.action, evidence, p.clears, gpu_instance_id,
                        p.fault_class, p.schedulable, p.scope, slice_id)
 
     def node_finding(self, fault: str, evidence: str, policy: FaultPolicy | None = None) -> Finding:
@@ -202,7 +207,9 @@ def _policy(where: str, name: str, detector: str, values: Mapping[str, Any]) -> 
         if key not in values and key not in OPTIONAL:
             raise PolicyError(f"{where}.{key}: missing")
     p = FaultPolicy(name, detector, values["severity"], values["action"], values["class"], values["schedulable"],
-                    values["clears"], values.get("scope", CARD))
+                    values["clears"], values.get("scope", CARD), values.get("slice_severity"))
+    if p.slice_severity is not None and p.scope != INSTANCE:
+        raise PolicyError(f"{where}.slice_severity: only a fault an instance holds (scope: instance) has one")
     if detector == SLICES and p.scope != INSTANCE:
         raise PolicyError(f"{where}.scope: a slice's fault is held by the slice, never the card: must be instance")
     if detector not in (SLICES, *XID_OWNERS) and p.scope == INSTANCE:

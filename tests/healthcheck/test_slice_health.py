@@ -123,13 +123,24 @@ async def test_a_card_wide_xid_naming_an_instance_still_holds_the_card_and_every
     assert gpu(health, 1).state == HEALTHY
 
 
-async def test_an_application_xid_in_an_instance_is_recorded_on_its_slice_and_changes_nothing():
-    node = Node(mig_slice("s-a", 1))
+async def test_an_application_fault_in_an_instance_makes_its_slice_unhealthy_and_leaves_the_card():
+    """XID 13 is one process's bug: info for a card, but in a MIG instance it is the slice's workload
+    failing (the policy's slice_severity)."""
+    node = Node(mig_slice("s-a", 1), mig_slice("s-b", 2))
     await node.sample(make_snapshot(mig_gpu(0), make_gpu(1)))
     health = await node.xid(13, gi=1)
-    a = by_id(health)["s-a"]
-    assert (a.state, [f.fault for f in a.faults]) == (HEALTHY, ["xid_13"])
-    assert gpu(health, 0).faults == ()
+    a, b = by_id(health)["s-a"], by_id(health)["s-b"]
+    assert (a.state, [f.fault for f in a.faults], a.action) == (UNHEALTHY, ["xid_13"], "restart_application")
+    assert b.state == HEALTHY
+    assert gpu(health, 0).faults == () and gpu(health, 0).state == HEALTHY and gpu(health, 0).schedulable
+
+
+async def test_a_preemptive_cleanup_xid_in_an_instance_changes_nothing():
+    """XID 45 follows every killed CUDA process (Ctrl-C is no fault): recorded on the slice, nothing more."""
+    node = Node(mig_slice("s-a", 1))
+    await node.sample(make_snapshot(mig_gpu(0), make_gpu(1)))
+    health = await node.xid(45, gi=1)
+    assert by_id(health)["s-a"].state == HEALTHY
 
 
 async def test_an_instance_fault_from_before_the_slice_existed_is_not_the_slices():
@@ -247,6 +258,9 @@ def _without(entry: dict[str, Any], key: str) -> dict[str, Any]:
     ({**BASE, "detector": "thermal_power", "scope": "instance"}, "faults.f.scope: only an XID names a MIG instance"),
     ({**BASE, "detector": "slices"}, "faults.f.scope: a slice's fault is held by the slice"),
     ({**BASE, "detector": "slices", "scope": "card"}, "faults.f.scope: a slice's fault is held by the slice"),
+    ({**BASE, "slice_severity": "critical"}, "faults.f.slice_severity: only a fault an instance holds (scope: instance)"),
+    ({**BASE, "detector": "driver", "scope": "instance", "slice_severity": "fatal"},
+     "faults.f.slice_severity: must be one of info, warning, critical, got 'fatal'"),
 ])
 def test_the_policy_scope_is_validated_and_named(fault, message):
     with pytest.raises(PolicyError) as error:
