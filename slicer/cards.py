@@ -11,7 +11,7 @@ a GPU reset) takes no new slice of either kind and reports ``pending``. Reading 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError, MigProfile
@@ -20,11 +20,12 @@ from runtimekit.state.refs import GpuRef, PciAddress
 from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
 
 from .journal import Record
+from .spec import MAX_COMPUTE
+from .tdm import TdmCard
 
 log = logging.getLogger("runtimekit.slicer")
 
 MIB = 1 << 20
-FULL_COMPUTE = 100  # percent
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,24 +124,30 @@ def select_card(cards: Mapping[int, Card], selector: DeviceSelector) -> Card:
                      f"(GPUs: {', '.join(str(i) for i in sorted(cards)) or 'none'})")
 
 
-def device_info(card: Card, records: Iterable[Record], reserve_mib: int) -> DeviceModeInfo:
-    """What a card reports: its mode, pending change, slices and free capacity. TDM: compute free is
-    100 − Σ compute, memory free the usable memory (card − reserve) − Σ memory. MIG: compute free is
-    the share of compute slices no GPU instance holds, memory free the whole-card profile's memory
-    less the instances' profiles' memory (instances no slice owns count too)."""
+def tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard:
+    """The card as TDM admission sees it: usable memory is the card's less ``reserve_mib``
+    (``slicer.memory_reserve_mib``), used the sums of the slices on it (by GPU UUID)."""
     mine = [r for r in records if r.gpu_uuid == card.gpu.uuid]
-    slices = tuple(r.id for r in mine)
+    return TdmCard(card.index, card.memory_mib, max(0, card.memory_mib - reserve_mib),
+                   sum(r.compute for r in mine), sum(r.memory_mib for r in mine))
+
+
+def device_info(card: Card, records: Sequence[Record], reserve_mib: int) -> DeviceModeInfo:
+    """What a card reports: its mode, pending change, slices and free capacity. TDM: what admission
+    sees (``tdm_card``: compute free 100 − Σ compute, memory free the usable memory − Σ memory).
+    MIG: compute free is the share of compute slices no GPU instance holds, memory free the
+    whole-card profile's memory less the instances' profiles' memory (instances no slice owns
+    count too)."""
+    slices = tuple(r.id for r in records if r.gpu_uuid == card.gpu.uuid)
     if card.mig_current:
         total = card.compute_slices_total
         by_id = {p.id: p for p in card.profiles}
         used_slices = sum(by_id[gi.profile_id].compute_slices for gi in card.instances if gi.profile_id in by_id)
         used_memory = sum(by_id[gi.profile_id].memory_mib for gi in card.instances if gi.profile_id in by_id)
         usable = max((p.memory_mib for p in card.profiles), default=0)
-        compute_free = FULL_COMPUTE * max(0, total - used_slices) // total if total else 0
+        compute_free = MAX_COMPUTE * max(0, total - used_slices) // total if total else 0
         return DeviceModeInfo(card.gpu, "mig", card.pending, card.mig_capable, card.memory_mib, usable,
                               compute_free, max(0, usable - used_memory), slices)
-    usable = max(0, card.memory_mib - reserve_mib)
-    compute_used = sum(r.compute for r in mine)
-    memory_used = sum(r.memory_mib for r in mine)
-    return DeviceModeInfo(card.gpu, "tdm", card.pending, card.mig_capable, card.memory_mib, usable,
-                          max(0, FULL_COMPUTE - compute_used), max(0, usable - memory_used), slices)
+    tdm = tdm_card(card, records, reserve_mib)
+    return DeviceModeInfo(card.gpu, "tdm", card.pending, card.mig_capable, card.memory_mib, tdm.usable_memory_mib,
+                          tdm.compute_free, tdm.memory_free_mib, slices)

@@ -104,11 +104,12 @@ def write_spec(path: Path, document: dict[str, Any]) -> None:
 
 
 def remove_spec(path: Path) -> bool:
-    """Remove a spec (and a temporary file left beside it); True when the spec was there."""
-    path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+    """Remove a spec (and a temporary file left beside it); True when the spec was there (not
+    when it is missing, nor when its folder is not a folder)."""
     try:
+        path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
         path.unlink()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     _sync_dir(path.parent)
     return True

@@ -6,7 +6,7 @@
     await slicer.run()       # reconcile every slicer.reconcile_seconds until cancelled
     await slicer.close()
 
-One asyncio lock serializes every change (create, delete, mode, reconcile); every blocking call
+One asyncio lock serializes every change (create, delete, mode, reconcile) and ``close``; every blocking call
 (NVML through ``MigControl``, SQLite, fsync) runs in one dedicated executor thread, never on the
 event loop. Cards come from the sampled view (identity, memory) and NVML (MIG mode, profiles,
 instances: ``runtimekit.slicer.cards``); the steps that change the node are
@@ -21,7 +21,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -37,21 +37,27 @@ from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
 
 from . import cdi
-from .cards import FULL_COMPUTE, Card, ProfileCache, device_info, read_cards, select_card
+from .cards import Card, ProfileCache, device_info, read_cards, select_card, tdm_card
 from .journal import Journal, Record
 from .mig_planner import MigCard, plan_mig
-from .owners import Grace, OwnerWatch, live_pod_uids
+from .owners import Grace, OwnerWatch
 from .reconcile import WAITING_IN_USE, OrphanKey, Outcome, destroy_orphans, remove_stray_specs, settle
-from .spec import check_fits_card, parse_device, parse_mode, parse_request
-from .steps import Books, InUse, make, unmake
-from .tdm import TdmCard, choose_tdm_card
+from .spec import MAX_COMPUTE, check_fits_card, parse_device, parse_mode, parse_request
+from .steps import Books, GpuMissing, InUse, make, no_step, unmake
+from .tdm import choose_tdm_card
 
 log = logging.getLogger("runtimekit.slicer")
 
 T = TypeVar("T")
 _NVML_DOWN = (NvmlInitError, GpuLostError)
 _MIG_CODES: dict[str, ErrorCode] = {"insufficient_resources": "resource_exhausted", "in_use": "failed_precondition",
-              "not_supported": "failed_precondition"}
+                                     "not_supported": "failed_precondition"}
+
+
+def _nvml_code(error: Exception) -> ErrorCode:
+    """The SliceError code of a failed NVML step: by ``MigOpError.kind`` (no room, in use, not
+    supported: the caller can act), else unavailable (NVML down, a GPU lost, I/O: retry later)."""
+    return _MIG_CODES.get(error.kind, "unavailable") if isinstance(error, MigOpError) else "unavailable"
 
 
 class Slicer:
@@ -97,14 +103,17 @@ class Slicer:
             return await self._blocking(self._reconcile)
 
     async def close(self) -> None:
-        """Close the journal after any step in flight, and the executor thread."""
-        if self._books is not None:
-            await self._blocking(self._books.journal.close)
-            self._books = None
-        self._recovered = False
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        """Wait for the change in flight and those already waiting for the lock, then close the
+        journal and the executor thread. Every later call is refused (SliceError unavailable) until
+        ``start``."""
+        async with self._lock:
+            if self._books is not None:
+                await self._blocking(self._books.journal.close)
+                self._books = None
+            self._recovered = False
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
 
     # ---- SliceService ----------------------------------------------------------------------
     async def create(self, request: SliceRequest) -> Slice:
@@ -152,25 +161,29 @@ class Slicer:
         return self._books
 
     def _read(self) -> dict[int, Card]:
-        """The cards now (NVML); SliceError (unavailable) when NVML cannot be used."""
+        """The cards now (NVML), and the books' GPU indexes by UUID from the same sample;
+        SliceError (unavailable) when NVML cannot be used."""
         try:
             self._session.init()
             self._cards = read_cards(self._state.view().snapshot, self._mig, self._profiles)
         except (*_NVML_DOWN, MigOpError) as error:
             raise SliceError("unavailable", "", f"NVML cannot be used now: {error}") from None
+        if self._books is not None:
+            self._books.gpus = {card.gpu.uuid: index for index, card in self._cards.items()}
         return self._cards
 
     def _reconcile(self) -> Outcome:
         books = self._books
-        snapshot = self._state.view().snapshot
+        view = self._state.view()
+        snapshot = view.snapshot
         if books is None or snapshot is None or not snapshot.nvml_up:
             self._last_problem = "no sample of the GPUs yet" if snapshot is None else "NVML is down"
             return Outcome()
         try:
             cards = self._read()
-            rolled_back, finished = settle(books, cards)
+            rolled_back, finished = settle(books)
             self._recovered = True
-            destroyed = destroy_orphans(books, cards, snapshot, self._orphans, self._clock())
+            destroyed = destroy_orphans(books, cards, snapshot, view.attribution, self._orphans, self._clock())
             removed = remove_stray_specs(books, self._config.cdi_dir)
             self._reclaim(books)
         except (SliceError, OSError) as error:
@@ -188,7 +201,8 @@ class Slicer:
     def _reclaim(self, books: Books) -> None:
         """Delete the ready slices whose pod owner has been gone for the grace period."""
         ready = [(r.id, r.spec.owner) for r in books.records.values() if r.phase == "ready"]
-        live = live_pod_uids(self._state.view().attribution)
+        attribution = self._state.view().attribution
+        live = attribution.pod_uids if attribution is not None else None  # None: unknown, nothing is gone
         for slice_id in self._owners.due(ready, live, self._clock()):
             log.info("slice %s: its owner %s is gone; deleting it", slice_id, books.records[slice_id].spec.owner)
             try:
@@ -201,31 +215,33 @@ class Slicer:
         record = self._plan(spec, self._read(), books)
         try:
             return make(books, record)
-        except (MigOpError, OSError, *_NVML_DOWN) as error:
-            code: ErrorCode = _MIG_CODES.get(error.kind, "unavailable") if isinstance(error, MigOpError) else "unavailable"
+        except (MigOpError, OSError, GpuMissing, *_NVML_DOWN) as error:
             self._roll_back(books, record.id)
-            raise SliceError(code, "", f"creating the slice failed, nothing was kept: {error}") from None
+            raise SliceError(_nvml_code(error), "", f"creating the slice failed, nothing was kept: {error}") from None
         finally:
             self._publish(refresh=True)
 
     def _roll_back(self, books: Books, slice_id: str) -> None:
+        """Undo a create that failed (no delete failpoint fires); what cannot be undone now is left,
+        ``creating``, for the reconciler."""
         record = books.records.get(slice_id)
         if record is None:
             return
         try:
-            unmake(books, record)
-        except (InUse, MigOpError, OSError, *_NVML_DOWN) as error:
+            unmake(books, record, on_step=no_step)
+        except (InUse, GpuMissing, MigOpError, OSError, *_NVML_DOWN) as error:
             log.warning("slice %s: rollback left for the reconciler: %s", slice_id, error)
             books.record(books.records[slice_id], reason=f"rolling back: {error}")
 
     def _plan(self, spec: SliceSpec, cards: dict[int, Card], books: Books) -> Record:
         """The card, and for MIG the profile and placement, of a new slice: its ``creating`` record.
-        SliceError when the card-mode rule, the card's memory or its free capacity refuse it."""
+        SliceError when the card-mode rule, the card's memory or its free capacity refuse it. The
+        device selector is applied here, once: the planners choose among the candidates."""
         if spec.device.any:
-            check_fits_card(spec, max((c.memory_mib for c in cards.values()), default=0))
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
                 raise SliceError("failed_precondition", "mode", _no_card(spec.mode, cards))
+            check_fits_card(spec, max(c.memory_mib for c in candidates))
         else:
             card = select_card(cards, spec.device)
             check_fits_card(spec, card.memory_mib)
@@ -238,7 +254,7 @@ class Slicer:
                         cdi_device=cdi.device_name(self._config.cdi_vendor, slice_id))
         if spec.mode == "tdm":
             reserve = self._config.memory_reserve_mib
-            chosen = choose_tdm_card([_tdm_card(c, books.records.values(), reserve) for c in candidates], spec,
+            chosen = choose_tdm_card([tdm_card(c, books.records.values(), reserve) for c in candidates], spec,
                                      self._config.policy)
             gpu = cards[chosen.index].gpu
             return replace(record, gpu_uuid=gpu.uuid, gpu_index=gpu.index)
@@ -247,17 +263,21 @@ class Slicer:
         choice = plan_mig(mig_cards, spec, self._config.policy)
         card, profile = cards[choice.index], choice.profile
         return replace(record, gpu_uuid=card.gpu.uuid, gpu_index=card.index,
-                       compute=FULL_COMPUTE * profile.compute_slices // max(card.compute_slices_total, 1),
+                       compute=MAX_COMPUTE * profile.compute_slices // max(card.compute_slices_total, 1),
                        memory_mib=profile.memory_mib, profile=profile.name, profile_id=profile.id,
                        start=choice.start, size=profile.memory_slices)
 
     def _delete(self, slice_id: str, reason: str = "deleted on request") -> Slice:
         books = self._started()
-        record = books.records.get(slice_id)
-        if record is None:
-            raise SliceError("not_found", "id", f"no slice {slice_id!r} on this node")
+        record = _record(books, slice_id)
         before = self._table.slices.get(slice_id) or self._slice(record)
         self._read()
+        if record.mode == "mig":
+            try:
+                books.gpu_index(record)
+            except GpuMissing as error:
+                raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: its MIG instance cannot be "
+                                 f"destroyed: {error}") from None
         marked = books.record(record, phase="deleting", reason=reason)
         failpoint("slicer.delete.journaled")
         try:
@@ -268,7 +288,7 @@ class Slicer:
                 books.record(left, phase=record.phase, reason=record.reason)
             else:
                 books.record(left, reason=WAITING_IN_USE)
-            raise SliceError("failed_precondition", "id", f"slice {slice_id}: a process runs in its MIG instance; "
+            raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: a process runs in its MIG instance; "
                              f"stop it first ({error})") from None
         except (MigOpError, OSError, *_NVML_DOWN) as error:
             books.record(books.records[slice_id], reason=f"retrying: {error}")
@@ -293,8 +313,7 @@ class Slicer:
             try:
                 self._mig.set_mode(card.index, enabled)
             except MigOpError as error:
-                code: ErrorCode = "failed_precondition" if error.kind in ("in_use", "not_supported") else "unavailable"
-                raise SliceError(code, "device", f"GPU {card.index}: MIG mode not changed: {error} (MIG instances "
+                raise SliceError(_nvml_code(error), "device", f"GPU {card.index}: MIG mode not changed: {error} (MIG instances "
                                  "no slice owns are destroyed after slicer.orphan_grace_seconds)") from None
             self._profiles.forget(card.gpu.uuid)
             log.info("GPU %d: MIG mode set to %s", card.index, wanted)
@@ -329,10 +348,13 @@ class Slicer:
                      mig, record.profile, record.profile_id, placement, record.cdi_device, record.reason)
 
 
-def _tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard:
-    mine = [r for r in records if r.gpu_uuid == card.gpu.uuid]
-    return TdmCard(card.index, card.memory_mib, max(0, card.memory_mib - reserve_mib),
-                   sum(r.compute for r in mine), sum(r.memory_mib for r in mine))
+def _record(books: Books, slice_id: str) -> Record:
+    """The journal's record of ``slice_id``; SliceError not_found (field ``slice_id``, as the API
+    names it) when this node has no such slice."""
+    record = books.records.get(slice_id)
+    if record is None:
+        raise SliceError("not_found", "slice_id", f"no slice {slice_id!r} on this node")
+    return record
 
 
 def _check_mode(card: Card, spec: SliceSpec) -> None:

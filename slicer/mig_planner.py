@@ -42,9 +42,10 @@ from functools import lru_cache
 from runtimekit.gpu.mig import MigProfile
 from runtimekit.state.slices import SliceError, SliceSpec
 
-__all__ = ["POLICIES", "MigCard", "MigChoice", "compute_slices_needed", "is_standard", "capacity", "plan_mig", "smallest_profile"]
+from .spec import POLICIES
 
-POLICIES = ("binpack", "spread")
+__all__ = ["MigCard", "MigChoice", "compute_slices_needed", "is_standard", "capacity", "plan_mig", "smallest_profile"]
+
 _STANDARD = re.compile(r"[0-9]+g\.[0-9]+gb")
 
 Shape = tuple[int, tuple[int, ...], int]  # (memory slices, allowed starts, compute slices)
@@ -134,21 +135,18 @@ def _free_mask(card: MigCard) -> int:
 
 
 def plan_mig(cards: Sequence[MigCard], spec: SliceSpec, policy: str) -> MigChoice:
-    """Where a MIG slice goes under ``policy`` (binpack or spread). ``cards`` are the node's MIG
-    cards; an index selector is applied here, a UUID selector is the caller's to resolve (MigCard
-    carries no UUID: pass that card alone). Raises ``SliceError``: failed_precondition when no MIG
-    card matches the selector or no profile of one holds the slice; resource_exhausted when a
-    profile holds it but no free placement is left."""
+    """Where a MIG slice goes under ``policy`` (binpack or spread) among the candidates ``cards``
+    (at least one; the caller has applied the device selector and the card-mode rule, the selector
+    is not read here). Raises ``SliceError``: failed_precondition when no profile of any candidate
+    holds the slice; resource_exhausted when a profile holds it but no free placement is left.
+    ValueError for an unknown policy or no candidate (the caller's errors)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: one of {', '.join(POLICIES)}, got {policy!r}")
-    selected = cards if spec.device.index is None else [c for c in cards if c.index == spec.device.index]
-    if not selected:
-        if spec.device.index is not None:
-            raise SliceError("failed_precondition", "device", f"GPU {spec.device.index} is not in MIG mode")
-        raise SliceError("failed_precondition", "mode", "no card is in MIG mode")
+    if not cards:
+        raise ValueError("cards: at least one candidate (the caller refuses a request no card may take)")
     best: tuple[tuple[object, ...], MigChoice] | None = None
     unplaced: list[tuple[MigCard, MigProfile]] = []
-    for card in selected:
+    for card in cards:
         profile = smallest_profile(card.profiles, spec.compute, spec.memory_mib, card.compute_slices_total)
         if profile is None:
             continue
@@ -169,12 +167,12 @@ def plan_mig(cards: Sequence[MigCard], spec: SliceSpec, policy: str) -> MigChoic
     if best is not None:
         return best[1]
     if not unplaced:
-        raise _no_profile(selected, spec)
+        raise _no_profile(cards, spec)
     raise _no_room(unplaced)
 
 
 def _no_profile(cards: Sequence[MigCard], spec: SliceSpec) -> SliceError:
-    """failed_precondition: no profile of any selected card holds the slice (memory is the field:
+    """failed_precondition: no profile of any candidate card holds the slice (memory is the field:
     the whole-GPU profile holds 100 % compute, but less than the card's memory)."""
     largest = max((p for c in cards for p in c.profiles), key=lambda p: p.memory_mib, default=None)
     most = f"the largest is {largest.name} with {largest.memory_mib} MiB" if largest else "the card offers no profile"

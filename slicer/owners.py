@@ -1,12 +1,12 @@
 """Who still owns a slice, and grace periods: pure logic over plain data, time passed in.
 
-A pod owner is gone when its pod UID is no longer among the node's live pods. The set comes from
-the attribution snapshot (``AttributionSnapshot.pod_uids``: the UIDs of the pods with a running
-container, from the CRI runtime's container list, the one source of pod UIDs the agent reads —
-pod-resources names pods by namespace and name only). While that set is unknown (no attribution
-yet, the CRI runtime down or never listed) nobody is gone: a slice is never reclaimed on a guess,
-and every grace period starts again once the source is back. A free ``owner_id`` slice lives until
-it is deleted.
+A pod owner is gone when its pod UID is no longer among the node's live pods. The slicer passes
+the set from the attribution snapshot (``AttributionSnapshot.pod_uids``: the UIDs of the pods with
+a container, from the CRI runtime's container list, the one source of pod UIDs the agent reads —
+pod-resources names pods by namespace and name only), or None while it is unknown (no attribution
+yet, the CRI runtime down or never listed): then nobody is gone, a slice is never reclaimed on a
+guess, and every grace period starts again once the source is back. A free ``owner_id`` slice
+lives until it is deleted.
 """
 
 from __future__ import annotations
@@ -14,17 +14,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
-from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.state.slices import Owner
 
 K = TypeVar("K", bound=Hashable)
-
-
-def live_pod_uids(attribution: AttributionSnapshot | None) -> frozenset[str] | None:
-    """The UIDs of the node's live pods, or None while unknown (see the module docstring)."""
-    if attribution is None:
-        return None
-    return attribution.pod_uids
 
 
 class Grace(Generic[K]):

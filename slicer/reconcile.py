@@ -5,15 +5,23 @@ The rules, one pass:
 
 1. A ``creating`` slice is **rolled back**: whatever it made (compute and GPU instance, found by the
    journal's ids or, for a GPU instance made before its id was journaled, by the intended profile
-   and placement; its CDI spec) is destroyed and the row removed. Rolling back rather than
-   completing: the caller never got an answer, so it retries (a new id), and a half-made slice
-   never reaches a caller who did not see it succeed; completing would need every later step
-   re-derived from a partial record. A ``ready`` slice, committed, is never rolled back.
+   and placement while it has no compute instance: ``runtimekit.slicer.steps``; its CDI spec) is
+   destroyed and the row removed. Rolling back rather than completing: a slice left ``creating``
+   was never answered (the agent died, or the step failed and its rollback did too), so its caller
+   retries (a new id); completing would need every later step re-derived from a partial record.
+   A ``ready`` slice, committed, is never rolled back — even one whose caller never saw it: a
+   create cancelled by the client's deadline (DEADLINE_EXCEEDED) while the executor thread commits
+   it stays, and lives until it is deleted (a free owner's) or its pod owner is gone (rule 5).
 2. A ``deleting`` slice is **finished**: the delete was asked for and journaled.
-   Either one waits (the row stays, its ``reason`` says why) while a process runs in its instance.
-3. A MIG GPU instance that no slice owns and no process uses is destroyed after
-   ``slicer.orphan_grace_seconds`` (the sampled processes say which instances are used; NVML's
-   own in-use refusal is the last word: an instance with a process is never destroyed).
+   Either one waits (the row stays, its ``reason`` says why) while a process runs in its instance,
+   or while its GPU is not in the sample (the GPU is its UUID; ``runtimekit.slicer.steps``).
+3. A MIG GPU instance that no slice owns and nobody uses is destroyed after
+   ``slicer.orphan_grace_seconds``. In use: a sampled process runs in it, or the kubelet allocated
+   it to a container (pod-resources, through attribution's ``allocations``: a pod whose container
+   has not started a CUDA process yet). While the allocations are unknown (no attribution yet,
+   attribution disabled, or its kubelet source down) nothing is an orphan and every grace period
+   starts again. NVML's own
+   in-use refusal is the last word: an instance with a process is never destroyed.
 4. A CDI spec of ours (``{vendor}-slice-s-….json``) whose slice the journal does not hold is removed.
 5. A slice whose pod owner is gone — seen running, then missing for ``slicer.owner_grace_seconds``,
    or never seen running for ``slicer.owner_start_seconds`` (``runtimekit.slicer.owners``) — is
@@ -27,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.mig import MigOpError
 from runtimekit.gpu.types import NodeSnapshot
 
@@ -34,7 +43,7 @@ from . import cdi
 from .cards import Card
 from .journal import Record
 from .owners import Grace
-from .steps import Books, InUse, no_step, unmake
+from .steps import Books, GpuMissing, InUse, no_step, unmake
 
 log = logging.getLogger("runtimekit.slicer")
 
@@ -56,25 +65,21 @@ class Outcome:
         return bool(self.rolled_back or self.finished or self.orphans_destroyed or self.specs_removed)
 
 
-def settle(books: Books, cards: Mapping[int, Card]) -> tuple[list[str], list[str]]:
+def settle(books: Books) -> tuple[list[str], list[str]]:
     """Rules 1-2: roll back ``creating`` slices, finish ``deleting`` ones. Returns (rolled back,
-    finished) slice ids. A slice whose GPU is not on the node now waits (its ``reason`` says so)."""
-    by_uuid = {card.gpu.uuid: card for card in cards.values()}
+    finished) slice ids. A MIG slice whose GPU is not in the sample now waits (its ``reason`` says so)."""
     rolled_back: list[str] = []
     finished: list[str] = []
     for record in list(books.records.values()):
         if record.phase == "ready":
             continue
-        card = by_uuid.get(record.gpu_uuid)
-        if card is None:
-            _wait(books, record, f"waiting: GPU {record.gpu_uuid} is not on the node")
-            continue
-        if card.index != record.gpu_index:
-            record = books.record(record, gpu_index=card.index)
         try:
             unmake(books, record, on_step=no_step)
         except InUse:
             _wait(books, books.records[record.id], WAITING_IN_USE)
+            continue
+        except GpuMissing as error:
+            _wait(books, books.records[record.id], f"waiting: {error}")
             continue
         except (MigOpError, OSError) as error:
             _wait(books, books.records[record.id], f"retrying: {error}")
@@ -90,39 +95,55 @@ def _wait(books: Books, record: Record, reason: str) -> None:
         books.record(record, reason=reason)
 
 
-def _used_instances(snapshot: NodeSnapshot | None) -> set[tuple[int, int]]:
-    """(GPU index, GPU instance id) of every sampled process running in a MIG instance."""
-    used: set[tuple[int, int]] = set()
+def _used_instances(cards: Mapping[int, Card], snapshot: NodeSnapshot | None,
+                    attribution: AttributionSnapshot) -> set[tuple[str, int]]:
+    """(GPU UUID, GPU instance id) of every instance in use: a sampled process runs in it, or one of
+    its compute instances is a MIG device the kubelet allocated (the MIG identity attribution found
+    for the allocation, else the allocated device id itself: a MIG UUID)."""
+    uuid = {card.index: card.gpu.uuid for card in cards.values()}
+    used: set[tuple[str, int]] = set()
     for gpu in snapshot.gpus if snapshot is not None else ():
         for process in gpu.processes:
-            if isinstance(process.gpu_instance_id, int):
-                used.add((gpu.index, process.gpu_instance_id))
+            if isinstance(process.gpu_instance_id, int) and gpu.index in uuid:
+                used.add((uuid[gpu.index], process.gpu_instance_id))
+    allocated = {a.mig.uuid if a.mig is not None else a.device_id for a in attribution.allocations}
+    for card in cards.values():
+        for gi in card.instances:
+            if any(ci.uuid in allocated for ci in gi.compute_instances):
+                used.add((card.gpu.uuid, gi.id))
     return used
 
 
-def orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnapshot | None) -> list[OrphanKey]:
+def orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnapshot | None,
+            attribution: AttributionSnapshot) -> list[OrphanKey]:
     """GPU instances on MIG cards that no slice owns (by id, or by a ``creating`` slice's intended
-    placement) and no sampled process uses."""
+    placement) and nobody uses (``_used_instances``)."""
     owned = {(r.gpu_uuid, r.gi_id) for r in books.records.values() if r.gi_id is not None}
     intended = {(r.gpu_uuid, r.profile_id, r.start) for r in books.records.values() if r.phase == "creating"}
-    used = _used_instances(snapshot)
+    used = _used_instances(cards, snapshot, attribution)
     found: list[OrphanKey] = []
     for card in cards.values():
         for gi in card.instances:
             if ((card.gpu.uuid, gi.id) in owned or (card.gpu.uuid, gi.profile_id, gi.start) in intended
-                    or (card.index, gi.id) in used):
+                    or (card.gpu.uuid, gi.id) in used):
                 continue
             found.append((card.gpu.uuid, gi.id, gi.profile_id, gi.start))
     return found
 
 
 def destroy_orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnapshot | None,
-                    grace: Grace[OrphanKey], now: float) -> list[OrphanKey]:
-    """Rule 3: destroy the orphan instances past their grace period; returns those destroyed."""
+                    attribution: AttributionSnapshot | None, grace: Grace[OrphanKey], now: float) -> list[OrphanKey]:
+    """Rule 3: destroy the orphan instances past their grace period; returns those destroyed. None
+    while the kubelet's allocations are unknown (no attribution, or its kubelet source down — an
+    instance the kubelet handed a pod would look free): the grace periods start again once known."""
+    kubelet = attribution.sources.get("kubelet") if attribution is not None else None
+    if attribution is None or kubelet is None or not kubelet.up:
+        grace.clear()
+        return []
     index = {card.gpu.uuid: card.index for card in cards.values()}
     by_key = {(card.gpu.uuid, gi.id, gi.profile_id, gi.start): gi for card in cards.values() for gi in card.instances}
     destroyed: list[OrphanKey] = []
-    for key in grace.due(orphans(books, cards, snapshot), now):
+    for key in grace.due(orphans(books, cards, snapshot, attribution), now):
         gpu, gi = index[key[0]], by_key[key]
         try:
             for ci in gi.compute_instances:

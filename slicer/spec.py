@@ -18,6 +18,9 @@ The rules (the gRPC API and ``runtimekit slice create`` document the same):
   characters of letters, digits and ``. _ - : / @``, starting with a letter or digit: a user, a
   tool, a job name).
 - ``priority``: an integer 0-100 (``MAX_PRIORITY``); higher is more important.
+
+Shared with the planners: ``MAX_COMPUTE`` (100, percent: a whole card's compute) and ``POLICIES``,
+the placement policies both planners take (``slicer.policy``).
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from runtimekit.state.slices import (
 )
 
 __all__ = [
-    "MAX_COMPUTE", "MAX_DEVICE_INDEX", "MAX_MEMORY_MIB", "MAX_PRIORITY", "check_fits_card", "format_memory",
+    "MAX_COMPUTE", "MAX_DEVICE_INDEX", "MAX_MEMORY_MIB", "MAX_PRIORITY", "POLICIES", "check_fits_card", "format_memory",
     "parse_device", "parse_memory", "parse_mode", "parse_request", "to_request",
 ]
 
-MAX_COMPUTE = 100  # percent of one card
+MAX_COMPUTE = 100  # percent of one card: the whole card
+POLICIES = ("binpack", "spread")  # where a slice for any device goes: the fullest card that fits, the emptiest
 MAX_MEMORY_MIB = 1 << 20  # 1 TiB: a bound against overflow, not a card's size
 MAX_DEVICE_INDEX = 1023  # NVML indexes are small; the bound keeps "99999999999" a clear error
 MAX_PRIORITY = 100

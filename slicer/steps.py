@@ -5,27 +5,38 @@ boundary, so a test can kill the process at every one, including the hard window
 call that returned and the journal write that records it (``runtimekit.failpoints``):
 
 create  insert (creating) ─ slicer.create.journaled
-        [MIG] GPU instance at the intended placement ─ slicer.create.gpu_instance ─ record gi id
+        [MIG] GPU instance at the intended placement ─ slicer.create.gpu_instance
+              ─ record gi id ─ slicer.create.gpu_instance_recorded
         [MIG] compute instance ─ slicer.create.compute_instance ─ record ci id, MIG UUID
         CDI spec written ─ slicer.create.cdi_written
         phase ready ─ slicer.create.committed
 delete  phase deleting ─ slicer.delete.journaled
-        [MIG] compute instance destroyed ─ slicer.delete.compute_instance ─ record it gone
+        [MIG] compute instance destroyed ─ slicer.delete.compute_instance
+              ─ record it gone ─ slicer.delete.compute_instance_recorded
         [MIG] GPU instance destroyed ─ slicer.delete.gpu_instance ─ record it gone
         CDI spec removed ─ slicer.delete.cdi_removed
         row removed
 
 ``unmake`` is idempotent and reads NVML for what exists, so the reconciler calls it to finish a
-``deleting`` slice and to roll back a ``creating`` one (see ``runtimekit.slicer.reconcile``). An
-instance is found by its recorded ids *and* its recorded profile and placement (ids are reused);
-a GPU instance made before its id was journaled is found by the intended profile and placement,
-which no other instance can hold at the same time. All calls block (NVML, SQLite, fsync).
+``deleting`` slice and to roll back a ``creating`` one (see ``runtimekit.slicer.reconcile``).
+
+A slice's GPU is its UUID: the NVML index is looked up in the current sample (``Books.gpus``) at
+every step that calls NVML, never taken from the journal (NVML renumbers GPUs when one is added,
+removed or falls off the bus); a GPU not in the sample refuses the step (``GpuMissing``).
+
+An instance is found by its recorded ids *and* its recorded profile and placement (ids are reused).
+A GPU instance made before its id was journaled can only be found by the intended profile and
+placement, and another one may be there by then (made by an operator or another tool after a
+crash): such an instance is taken for the slice's only while it has no compute instance, because
+the slice's own compute instance is made after the GPU instance's id is journaled. One with a
+compute instance is left alone (the orphan rule judges it; one with a process is never destroyed);
+an empty one, which can run nothing, is destroyed either way. All calls block (NVML, SQLite, fsync).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,15 +54,28 @@ class InUse(Exception):
     """NVML refused to destroy an instance a process runs in; nothing of it was destroyed."""
 
 
+class GpuMissing(Exception):
+    """A slice's GPU (its UUID) is not in the current sample: no NVML step can be made for it."""
+
+
 @dataclass
 class Books:
     """What the steps write to: the journal, its rows mirrored in ``records`` (slice id -> Record),
-    NVML's MIG control, and where CDI specs go."""
+    NVML's MIG control, where CDI specs go, and ``gpus``: each usable GPU's NVML index by UUID in
+    the current sample (the slicer sets it every time it reads the cards)."""
 
     journal: Journal
     mig: MigControl
     cdi_vendor: str
     records: dict[str, Record] = field(default_factory=dict)
+    gpus: Mapping[str, int] = field(default_factory=dict)
+
+    def gpu_index(self, record: Record) -> int:
+        """The NVML index of ``record``'s GPU now; GpuMissing when the sample lacks its UUID."""
+        index = self.gpus.get(record.gpu_uuid)
+        if index is None:
+            raise GpuMissing(f"GPU {record.gpu_uuid} is not on the node (or not usable) now")
+        return index
 
     def record(self, record: Record, **changes: Any) -> Record:
         """Journal ``changes`` to ``record`` (committed on return) and mirror them."""
@@ -66,17 +90,22 @@ class Books:
 
 def make(books: Books, record: Record) -> Record:
     """Make a new slice's device from its ``creating`` record (MIG: ``profile_id``, ``start`` set);
-    returns it ``ready``. MigOpError/OSError from a step propagate with the row left ``creating``:
+    returns it ``ready``. ValueError, before anything is journaled, for a MIG record without its
+    placement. MigOpError/OSError/GpuMissing from a step propagate with the row left ``creating``:
     the caller rolls it back (``unmake``)."""
+    if record.mode == "mig" and (record.profile_id is None or record.start is None):
+        raise ValueError(f"slice {record.id}: profile_id and start: both set for a MIG slice, "
+                         f"got profile_id={record.profile_id}, start={record.start}")
     books.journal.insert(record)
     books.records[record.id] = record
     failpoint("slicer.create.journaled")
-    if record.mode == "mig":
-        assert record.profile_id is not None and record.start is not None
-        gi = books.mig.create_gpu_instance(record.gpu_index, record.profile_id, record.start)
+    if record.profile_id is not None and record.start is not None:  # MIG (checked above)
+        index = books.gpu_index(record)
+        gi = books.mig.create_gpu_instance(index, record.profile_id, record.start)
         failpoint("slicer.create.gpu_instance")
         record = books.record(record, gi_id=gi.id, size=gi.size)
-        ci = books.mig.create_compute_instance(record.gpu_index, gi.id)
+        failpoint("slicer.create.gpu_instance_recorded")
+        ci = books.mig.create_compute_instance(index, gi.id)
         failpoint("slicer.create.compute_instance")
         record = books.record(record, ci_id=ci.id, mig_uuid=ci.uuid)
         env = cdi.mig_env(ci.uuid) if ci.uuid else []
@@ -92,14 +121,17 @@ def make(books: Books, record: Record) -> Record:
 
 
 def find_instance(books: Books, record: Record) -> GpuInstanceInfo | None:
-    """The GPU instance a MIG record made, as NVML lists it now, or None. By recorded id, profile and
-    start; a ``creating`` record without an id by its intended profile and start."""
+    """The GPU instance a MIG record made, as NVML lists it now on the record's GPU (found by UUID),
+    or None. By recorded id, profile and start; a ``creating`` record without an id by its intended
+    profile and start, and only an instance with no compute instance (module docstring)."""
     if record.mode != "mig" or record.profile_id is None or record.start is None:
         return None
     if record.gi_id is None and record.phase != "creating":
         return None  # recorded as destroyed
-    for gi in books.mig.instances(record.gpu_index):
-        if gi.profile_id == record.profile_id and gi.start == record.start and record.gi_id in (None, gi.id):
+    for gi in books.mig.instances(books.gpu_index(record)):
+        if gi.profile_id != record.profile_id or gi.start != record.start:
+            continue
+        if gi.id == record.gi_id or (record.gi_id is None and not gi.compute_instances):
             return gi
     return None
 
@@ -107,15 +139,18 @@ def find_instance(books: Books, record: Record) -> GpuInstanceInfo | None:
 def unmake(books: Books, record: Record, *, on_step: Callable[[str], None] = failpoint) -> None:
     """Destroy what a slice made (compute instance, GPU instance, CDI spec) and forget the slice.
     Raises InUse (nothing more destroyed; the record keeps what is left) when NVML refuses because a
-    process runs in the instance, MigOpError/OSError for other refusals (retried by the reconciler).
-    ``on_step(kind)`` is called after each step as ``slicer.delete.<step>``."""
+    process runs in the instance, GpuMissing when a MIG slice's GPU is not in the sample now,
+    MigOpError/OSError for other refusals (retried by the reconciler). ``on_step(name)`` is called
+    after each step with its failpoint name (``slicer.delete.<step>``); ``no_step`` for none."""
     gi = find_instance(books, record)
     if gi is not None:
+        index = books.gpu_index(record)
         for ci in gi.compute_instances:
-            _destroy(books.mig.destroy_compute_instance, record.gpu_index, gi.id, ci.id)
+            _destroy(books.mig.destroy_compute_instance, index, gi.id, ci.id)
         on_step("slicer.delete.compute_instance")
         record = books.record(record, ci_id=None)
-        _destroy(books.mig.destroy_gpu_instance, record.gpu_index, gi.id)
+        on_step("slicer.delete.compute_instance_recorded")
+        _destroy(books.mig.destroy_gpu_instance, index, gi.id)
         on_step("slicer.delete.gpu_instance")
         record = books.record(record, gi_id=None)
     if record.cdi_path and cdi.remove_spec(Path(record.cdi_path)):
@@ -134,5 +169,5 @@ def _destroy(call: Callable[..., None], *args: int) -> None:
 
 
 def no_step(_: str) -> None:
-    """``unmake``'s ``on_step`` for the reconciler: finishing or rolling back after a crash fires no
-    failpoint (they mark the steps of a delete asked for through the API)."""
+    """``unmake``'s ``on_step`` for rolling back a failed create and for the reconciler: they fire
+    no failpoint (the ``slicer.delete.*`` ones mark the steps of a delete asked for)."""

@@ -10,7 +10,8 @@ the card and ``memory_mib`` MiB of its memory. A card admits a slice while
 
 Among the cards that admit it (``choose_tdm_card``), ``binpack`` takes the one left with the least
 free memory, ``spread`` the one left with the most; ties go to the least (binpack) or most
-(spread) free compute, then to the lowest index. Units: MiB, percent.
+(spread) free compute, then to the lowest index. The cards given are the candidates: the caller
+has applied the device selector and the card-mode rule. Units: MiB, percent.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 
 from runtimekit.state.slices import SliceError, SliceSpec
 
-__all__ = ["POLICIES", "TdmCard", "admits", "choose_tdm_card"]
+from .spec import MAX_COMPUTE, POLICIES
 
-POLICIES = ("binpack", "spread")
-FULL_COMPUTE = 100  # percent
+__all__ = ["TdmCard", "admits", "choose_tdm_card"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class TdmCard:
 
     @property
     def compute_free(self) -> int:
-        return max(0, FULL_COMPUTE - self.compute_used)
+        return max(0, MAX_COMPUTE - self.compute_used)
 
     @property
     def memory_free_mib(self) -> int:
@@ -56,27 +56,18 @@ def admits(card: TdmCard, spec: SliceSpec) -> str | None:
     return None
 
 
-def _selected(cards: Sequence[TdmCard], spec: SliceSpec) -> Sequence[TdmCard]:
-    """The cards the spec's device selector allows. An index selects here; a UUID selector is the
-    caller's to resolve (TdmCard carries no UUID): it passes only that card."""
-    if spec.device.index is None:
-        return cards
-    return [card for card in cards if card.index == spec.device.index]
-
-
 def choose_tdm_card(cards: Sequence[TdmCard], spec: SliceSpec, policy: str) -> TdmCard:
-    """The card a TDM slice goes to under ``policy`` (binpack or spread). Raises ``SliceError``:
-    failed_precondition when no TDM card matches the device selector, resource_exhausted naming
-    the tightest dimension when none has room."""
+    """The card among the candidates ``cards`` (at least one; the device selector is not read here)
+    a TDM slice goes to under ``policy`` (binpack or spread). Raises ``SliceError``
+    resource_exhausted naming the tightest dimension when none has room; ValueError for an unknown
+    policy or no candidate (the caller's errors)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: one of {', '.join(POLICIES)}, got {policy!r}")
-    selected = _selected(cards, spec)
-    if not selected:
-        where = f"GPU {spec.device.index} is not" if spec.device.index is not None else "no card is"
-        raise SliceError("failed_precondition", "device" if spec.device.index is not None else "mode", f"{where} in TDM mode")
-    fitting = [card for card in selected if admits(card, spec) is None]
+    if not cards:
+        raise ValueError("cards: at least one candidate (the caller refuses a request no card may take)")
+    fitting = [card for card in cards if admits(card, spec) is None]
     if not fitting:
-        raise _exhausted(selected, spec)
+        raise _exhausted(cards, spec)
     sign = 1 if policy == "binpack" else -1
     return min(fitting, key=lambda c: (sign * c.memory_free_mib, sign * c.compute_free, c.index))
 

@@ -86,15 +86,17 @@ class Agent:
         return time.monotonic() - started
 
 
-def start_agent(tmp_path: Path, *args: str, wait_ready: bool = True, timeout: float = 30.0) -> Agent:
-    """Start ``runtimekit serve ARGS --listen 127.0.0.1:FREE`` and wait for /readyz."""
+def start_agent(tmp_path: Path, *args: str, wait_ready: bool = True, timeout: float = 30.0,
+                env: dict[str, str] | None = None) -> Agent:
+    """Start ``runtimekit serve ARGS --listen 127.0.0.1:FREE`` and wait for /readyz. ``env``: the
+    agent's environment (default: this process's), PYTHONUNBUFFERED=1 added."""
     port = free_port()
     log_path = tmp_path / f"agent-{port}.log"
     command = [sys.executable, "-m", "runtimekit.cli", "serve", "--listen", f"127.0.0.1:{port}",
                "--state-dir", str(tmp_path / "state"), *args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ if env is None else env, PYTHONUNBUFFERED="1"),
+                                   stdout=log, stderr=subprocess.STDOUT)
     agent = Agent(process, f"http://127.0.0.1:{port}", log_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

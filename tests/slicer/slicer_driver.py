@@ -10,7 +10,8 @@ change, before the NVML call returns, and a new process reads it back. Only the 
 As a script: ``slicer_driver.py STATE_DIR OPERATION [ARG]`` builds the node (scenario dgx-a100),
 the node state with one sample, and a Slicer on STATE_DIR (CDI specs in STATE_DIR/cdi), starts it
 (recovery), performs one operation and prints the slice table as JSON on the last line:
-``create-mig``, ``create-tdm``, ``delete SLICE_ID``, ``none`` (start and recover only).
+``create-mig``, ``create-tdm``, ``delete SLICE_ID``, ``none`` (start and recover only); a refusal
+is printed with the table (``error``: its code and message).
 RUNTIMEKIT_FAILPOINTS in the environment kills it at that step.
 """
 
@@ -33,7 +34,7 @@ from runtimekit.sim.mig_layout import MigLayoutFile
 from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.state.node import SamplerStats
-from runtimekit.state.slices import SliceRequest
+from runtimekit.state.slices import SliceError, SliceRequest
 
 SCENARIO = "dgx-a100"
 MIG_FILE = "simulated-mig.json"
@@ -71,14 +72,18 @@ def table_json(slicer: Slicer) -> dict[str, Any]:
 async def main(state_dir: Path, operation: str, argument: str) -> None:
     slicer, _, _ = build(state_dir)
     await slicer.start()
+    error = ""
     try:
-        if operation == "create-mig":
-            await slicer.create(SliceRequest(mode="mig", compute=30, memory="10GiB", owner_id="crash-test"))
-        elif operation == "create-tdm":
-            await slicer.create(SliceRequest(mode="tdm", compute=50, memory="2GiB", device="2", owner_id="crash-test"))
-        elif operation == "delete":
-            await slicer.delete(argument)
-        print(json.dumps(table_json(slicer)))
+        try:
+            if operation == "create-mig":
+                await slicer.create(SliceRequest(mode="mig", compute=30, memory="10GiB", owner_id="crash-test"))
+            elif operation == "create-tdm":
+                await slicer.create(SliceRequest(mode="tdm", compute=50, memory="2GiB", device="2", owner_id="crash-test"))
+            elif operation == "delete":
+                await slicer.delete(argument)
+        except SliceError as refused:
+            error = f"{refused.code}: {refused}"
+        print(json.dumps({**table_json(slicer), "error": error}))
     finally:
         await slicer.close()
         pynvml.nvmlShutdown()

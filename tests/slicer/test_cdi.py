@@ -53,3 +53,9 @@ def test_only_our_specs_are_listed(tmp_path: Path) -> None:
         (tmp_path / name).write_text("{}")
     assert cdi.slice_specs(tmp_path, "runtimekit.io") == {"s-0123456789ab": tmp_path / "runtimekit_io-slice-s-0123456789ab.json"}
     assert cdi.slice_specs(tmp_path / "missing", "runtimekit.io") == {}
+
+
+def test_a_spec_whose_folder_is_not_a_folder_is_not_there(tmp_path: Path) -> None:
+    """Removing it (a rollback, a delete) finds nothing to remove rather than failing for ever."""
+    (tmp_path / "cdi").write_text("")
+    assert not cdi.remove_spec(cdi.spec_path(tmp_path / "cdi", "runtimekit.io", "s-0123456789ab"))

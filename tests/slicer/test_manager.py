@@ -135,7 +135,7 @@ async def test_an_instance_in_use_is_not_destroyed(rig) -> None:
     pid = node.add_process(0, 1 << 30, gpu_instance=made.mig.gpu_instance_id, compute_instance=made.mig.compute_instance_id)
     with pytest.raises(SliceError) as refused:
         await slicer.delete(made.id)
-    assert refused.value.code == "failed_precondition"
+    assert (refused.value.code, refused.value.field) == ("failed_precondition", "slice_id")
     assert len(node.gpu_instances(0)) == 1
     assert slicer.table().slices[made.id].state == "ready"
     node.remove_process(pid)
@@ -147,7 +147,7 @@ async def test_unknown_slice_and_bad_requests(rig) -> None:
     slicer, _, _ = rig
     with pytest.raises(SliceError) as missing:
         await slicer.delete("s-000000000000")
-    assert missing.value.code == "not_found"
+    assert (missing.value.code, missing.value.field) == ("not_found", "slice_id")
     with pytest.raises(SliceError) as bad:
         await slicer.create(tdm(101, "2GiB"))
     assert (bad.value.code, bad.value.field) == ("invalid_argument", "compute")
@@ -180,3 +180,102 @@ async def test_one_slicer_starts_again_after_close_with_its_slices(make_slicer) 
     await slicer.start()
     assert list(slicer.table().slices) == [made.id]
     await slicer.close()
+
+
+async def test_a_stale_gpu_index_in_the_journal_is_resolved_by_the_gpus_uuid(make_slicer, tmp_path: Path) -> None:
+    """NVML's numbering changed since the slice was made (a card added or removed): the journal's
+    index names another GPU now, with an instance of the same profile at the same placement. The
+    delete goes to the slice's GPU, found by its UUID, and leaves the other GPU's instance alone."""
+    from runtimekit.slicer.journal import Journal
+
+    slicer, _, node = make_slicer()
+    await slicer.start()
+    made = await slicer.create(mig(device="0"))
+    await slicer.close()
+    (ours,) = node.gpu_instances(0)
+    other = node.create_gpu_instance(1, made.profile_id, made.placement[0])
+    node.create_compute_instance(1, other.id, next(iter(ours.cis.values())).profile.id)
+    journal = Journal.in_state_dir(tmp_path)
+    journal.update(made.id, gpu_index=1)
+    journal.close()
+
+    slicer, _, node = make_slicer()  # the same driver state, a new agent
+    await slicer.start()
+    await slicer.delete(made.id)
+    assert node.gpu_instances(0) == []
+    assert [gi.id for gi in node.gpu_instances(1)] == [other.id]
+    await slicer.close()
+
+
+async def test_deleting_a_mig_slice_whose_gpu_is_not_on_the_node_is_refused_and_changes_nothing(rig) -> None:
+    from dataclasses import replace
+
+    from runtimekit.state.node import SamplerStats
+
+    slicer, state, node = rig
+    made = await slicer.create(mig(device="0"))
+    sample = state.view().snapshot
+    state.publish_snapshot(replace(sample, gpus=tuple(g for g in sample.gpus if g.index != 0)), SamplerStats())
+    with pytest.raises(SliceError) as refused:
+        await slicer.delete(made.id)
+    assert (refused.value.code, refused.value.field) == ("failed_precondition", "slice_id")
+    assert made.gpu.uuid in str(refused.value)
+    assert slicer.table().slices[made.id].state == "ready" and len(node.gpu_instances(0)) == 1
+
+
+async def test_close_waits_for_the_change_in_flight_and_later_calls_are_unavailable(rig) -> None:
+    """A create waiting on the lock when close is called either runs on the open journal, before
+    close, or is refused as unavailable: never a step on a closed journal. The executor is held
+    (a gate) so the order of the queued steps is fixed, and the event loop is held (waiting on the
+    executor) so that close cannot finish in between."""
+    import asyncio
+    import threading
+
+    slicer, _, _ = rig
+    gate = threading.Event()
+    executor = slicer._executor
+    held = executor.submit(gate.wait)
+    await slicer._lock.acquire()  # a change in flight
+    create = asyncio.create_task(slicer.create(tdm(10, "1GiB")))
+    await asyncio.sleep(0)
+    close = asyncio.create_task(slicer.close())
+    await asyncio.sleep(0)
+    slicer._lock.release()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    drained = executor.submit(lambda: None)
+    gate.set()
+    drained.result(timeout=10)  # everything queued so far has run, the loop held meanwhile
+    held.result()
+    try:
+        made = await create
+    except SliceError as error:
+        assert error.code == "unavailable"
+    else:
+        assert made.state == "ready"
+    await close
+    with pytest.raises(SliceError) as after:
+        await slicer.create(tdm(10, "1GiB"))
+    assert after.value.code == "unavailable"
+
+
+async def test_device_any_checks_the_memory_of_the_largest_card_of_the_requested_mode(tmp_path: Path, uninstall) -> None:
+    """GPUs 0-1 (MIG) have 80 GB, 2-7 (TDM) 40 GB: a 60 GiB TDM slice fits no TDM card at all."""
+    from dataclasses import replace
+
+    from slicer_driver import build
+
+    from runtimekit import sim
+
+    scenario = sim.load_scenario("dgx-a100")
+    gpus = tuple(g if g.index < 2 else replace(g, model=replace(g.model, memory_total_mib=40960)) for g in scenario.gpus)
+    node = sim.SimulatedNode(replace(scenario, gpus=gpus), seed=1, load="idle")
+    slicer, _, _ = build(tmp_path, node)
+    await slicer.start()
+    try:
+        with pytest.raises(SliceError) as refused:
+            await slicer.create(tdm(10, "60GiB"))
+        assert (refused.value.code, refused.value.field) == ("invalid_argument", "memory")
+        assert "40960 MiB" in str(refused.value)
+    finally:
+        await slicer.close()

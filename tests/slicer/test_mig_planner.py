@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from runtimekit.gpu.mig import MigProfile
 from runtimekit.sim.mig_profiles import COMPUTE_SLICES, GEOMETRIES, MEMORY_SLICES
 from runtimekit.slicer.mig_planner import MigCard, capacity, plan_mig, smallest_profile
-from runtimekit.state.slices import DeviceSelector, SliceError, SliceSpec
+from runtimekit.state.slices import SliceError, SliceSpec
 
 GIB = 1024
 
@@ -27,8 +27,8 @@ PROFILES = {model: profiles_of(model) for model in GEOMETRIES}
 A100_80 = PROFILES["a100-80gb"]
 
 
-def spec(compute: int, memory_mib: int, index: int | None = None) -> SliceSpec:
-    return SliceSpec(mode="mig", compute=compute, memory_mib=memory_mib, device=DeviceSelector(index=index))
+def spec(compute: int, memory_mib: int) -> SliceSpec:
+    return SliceSpec(mode="mig", compute=compute, memory_mib=memory_mib)
 
 
 def card(index: int, taken: tuple[tuple[int, int], ...] = (), profiles: tuple[MigProfile, ...] = A100_80) -> MigCard:
@@ -86,18 +86,10 @@ def test_binpack_prefers_a_used_card_and_spread_the_emptiest() -> None:
     assert plan_mig(cards, spec(20, 10 * GIB), "spread").index == 0
 
 
-def test_an_index_selector_picks_that_card() -> None:
-    cards = [card(0), card(1)]
-    assert plan_mig(cards, spec(10, GIB, index=1), "binpack").index == 1
-    with pytest.raises(SliceError) as caught:
-        plan_mig(cards, spec(10, GIB, index=2), "binpack")
-    assert (caught.value.code, str(caught.value)) == ("failed_precondition", "device: GPU 2 is not in MIG mode")
-
-
-def test_no_mig_card() -> None:
-    with pytest.raises(SliceError) as caught:
+def test_no_candidate_is_the_callers_error() -> None:
+    """The slicer refuses a request no card may take (selector, card-mode rule) before planning."""
+    with pytest.raises(ValueError, match="cards: at least one candidate"):
         plan_mig([], spec(10, GIB), "binpack")
-    assert (caught.value.code, str(caught.value)) == ("failed_precondition", "mode: no card is in MIG mode")
 
 
 def test_memory_no_profile_holds_is_a_failed_precondition() -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from runtimekit.attribution.types import AttributionSnapshot
-from runtimekit.slicer.owners import Grace, OwnerWatch, live_pod_uids
+from runtimekit.slicer.owners import Grace, OwnerWatch
 from runtimekit.state.slices import Owner
 
 POD = Owner(pod_uid="u1", container="c")
@@ -51,9 +50,3 @@ def test_unknown_pods_reclaim_nothing_and_restart_the_grace() -> None:
     watch.due(owners, frozenset(), 0)
     assert watch.due(owners, None, 100) == []
     assert watch.due(owners, frozenset(), 101) == []  # counted again from 101
-
-
-def test_live_pod_uids_unknown_without_attribution_or_the_runtimes_list() -> None:
-    assert live_pod_uids(None) is None
-    assert live_pod_uids(AttributionSnapshot(refreshed_at=0.0)) is None
-    assert live_pod_uids(AttributionSnapshot(refreshed_at=0.0, pod_uids=frozenset({"u1"}))) == frozenset({"u1"})

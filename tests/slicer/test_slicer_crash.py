@@ -30,11 +30,11 @@ ROOT = HERE.parent.parent
 DRIVER = HERE / "slicer_driver.py"
 
 CREATE_STEPS = {
-    "mig": ["journaled", "gpu_instance", "compute_instance", "cdi_written", "committed"],
+    "mig": ["journaled", "gpu_instance", "gpu_instance_recorded", "compute_instance", "cdi_written", "committed"],
     "tdm": ["journaled", "cdi_written", "committed"],
 }
 DELETE_STEPS = {
-    "mig": ["journaled", "compute_instance", "gpu_instance", "cdi_removed"],
+    "mig": ["journaled", "compute_instance", "compute_instance_recorded", "gpu_instance", "cdi_removed"],
     "tdm": ["journaled", "cdi_removed"],
 }
 
@@ -87,3 +87,13 @@ def test_sigkill_during_delete_then_restart_converges(tmp_path: Path, mode: str,
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     slices = converged(tmp_path)
     assert set(slices) == set(kept)  # the deleted one finished, the other untouched
+
+
+def test_a_failed_create_rolls_back_without_firing_the_delete_failpoints(tmp_path: Path) -> None:
+    """The CDI spec cannot be written (its folder is a file): the MIG instance made is rolled back at
+    once. Rolling back is not a delete asked for: the delete steps' failpoints, armed, do not fire."""
+    (tmp_path / "cdi").write_text("")
+    run = drive(tmp_path, "create-mig", failpoint=",".join(f"slicer.delete.{step}" for step in DELETE_STEPS["mig"]))
+    after = table(run)
+    assert after["error"].startswith("unavailable: creating the slice failed, nothing was kept")
+    assert after["slices"] == {} and instances(tmp_path) == []

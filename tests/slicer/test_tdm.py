@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtimekit.slicer.tdm import TdmCard, admits, choose_tdm_card
-from runtimekit.state.slices import DeviceSelector, SliceError, SliceSpec
+from runtimekit.state.slices import SliceError, SliceSpec
 
 
-def spec(compute: int, memory_mib: int, index: int | None = None) -> SliceSpec:
-    return SliceSpec(mode="tdm", compute=compute, memory_mib=memory_mib, device=DeviceSelector(index=index))
+def spec(compute: int, memory_mib: int) -> SliceSpec:
+    return SliceSpec(mode="tdm", compute=compute, memory_mib=memory_mib)
 
 
 def card(index: int, compute_used: int = 0, memory_used_mib: int = 0, usable: int = 80896) -> TdmCard:
@@ -55,18 +55,10 @@ def test_ties_go_to_free_compute_then_lowest_index() -> None:
     assert choose_tdm_card(cards, spec(10, 1024), "spread").index == 0
 
 
-def test_an_index_selector_picks_that_card_only() -> None:
-    cards = [card(0), card(1, memory_used_mib=40960)]
-    assert choose_tdm_card(cards, spec(10, 1024, index=0), "binpack").index == 0
-    with pytest.raises(SliceError) as caught:
-        choose_tdm_card(cards, spec(10, 1024, index=5), "binpack")
-    assert (caught.value.code, str(caught.value)) == ("failed_precondition", "device: GPU 5 is not in TDM mode")
-
-
-def test_no_tdm_card_at_all() -> None:
-    with pytest.raises(SliceError) as caught:
+def test_no_candidate_is_the_callers_error() -> None:
+    """The slicer refuses a request no card may take (selector, card-mode rule) before choosing."""
+    with pytest.raises(ValueError, match="cards: at least one candidate"):
         choose_tdm_card([], spec(10, 1024), "binpack")
-    assert (caught.value.code, str(caught.value)) == ("failed_precondition", "mode: no card is in TDM mode")
 
 
 def test_exhausted_names_memory_when_memory_is_tightest() -> None:
@@ -80,7 +72,7 @@ def test_exhausted_names_memory_when_memory_is_tightest() -> None:
 def test_exhausted_names_compute_when_compute_is_tightest() -> None:
     cards = [card(0, compute_used=90, memory_used_mib=80000)]  # both short: 60/10 over compute, 1024/896 memory
     with pytest.raises(SliceError) as caught:
-        choose_tdm_card(cards, spec(60, 1024, index=0), "spread")
+        choose_tdm_card(cards, spec(60, 1024), "spread")
     assert str(caught.value) == "compute: 60 % asked, at most 10 % free on GPU 0"
 
 
