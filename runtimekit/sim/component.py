@@ -2,8 +2,8 @@
 
 The production agent knows nothing of it: its ``sim.*`` configuration keys (``SIM_SCHEMA``) exist
 only when the command line registers it, and so do its control routes (``/sim/v1/...``, loopback
-only). Its host paths — the fake kubelet's and CRI runtime's sockets, the fixture /proc tree, the
-boot id file — are handed to the agent as ordinary configuration, so the production attribution
+only). Its host paths — the fake kubelet's and CRI runtime's sockets, the fixture /proc and /sys
+trees, the boot id file — are handed to the agent as ordinary configuration, so the production attribution
 and health code reads them as it would a real node's.
 """
 
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from runtimekit import sim
-from runtimekit.config import Config, Key, SlicerConfig, between
+from runtimekit.config import Config, Key, SlicerConfig, TopologyConfig, between
 from runtimekit.service import Registration
 from runtimekit.sim.control import add_control_routes
 from runtimekit.sim.host import SimulatedHost
@@ -77,7 +77,11 @@ class Simulation:
         slicer = config.slicer
         if slicer.cdi_dir == SlicerConfig().cdi_dir:
             slicer = dataclasses.replace(slicer, cdi_dir=str(self.root / "cdi"))
-        return dataclasses.replace(config, attribution=attribution, health=health, slicer=slicer)
+        # Topology discovery reads the simulated host's sysfs tree, unless configured elsewhere.
+        topology = config.topology
+        if topology.sys_root == TopologyConfig().sys_root:
+            topology = dataclasses.replace(topology, sys_root=self.host.sys_root)
+        return dataclasses.replace(config, attribution=attribution, health=health, slicer=slicer, topology=topology)
 
     def registration(self) -> Registration:
         return Registration(

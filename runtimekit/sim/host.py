@@ -8,7 +8,9 @@ as they do on a real node, and the agent's real attribution code reads them unch
 - ``<root>/proc`` — a /proc tree with every simulated GPU process (stat, statm, status,
   cmdline, comm, cgroup in the scenario's runtime, cgroup driver and version);
 - ``<root>/proc/sys/kernel/random/boot_id`` — the kernel's boot id (a UUID, new on each boot,
-  proc(5)); ``reboot()`` simulates a node reboot and writes a new one.
+  proc(5)); ``reboot()`` simulates a node reboot and writes a new one;
+- ``<root>/sys`` — the machine's sysfs tree (PCI hierarchy with its PCIe switches, NUMA nodes, CPU
+  sockets, RDMA NICs: ``runtimekit.sim.sysfs``), written once when the host is made.
 
 The /proc tree is brought up to date whenever the node's process list changes, before the
 caller (NVML's thread, in the agent) gets the new list — so the agent never sees a process in
@@ -45,6 +47,7 @@ from .kubelet import FakePodResourcesServer, FakeUnixGrpcServer
 from .node import SimulatedNode
 from .pods import SimDevice
 from .procfs import ProcTreeWriter, cgroup_line, host_cgroup_line
+from .sysfs import write_sys_tree
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ class SimulatedHost:
         self.kubelet_socket = str(self.root / "var/lib/kubelet/pod-resources/kubelet.sock")
         self.cri_socket = str(self.root / _CRI_SOCKETS[k8s.runtime])
         self.proc_root = str(self.root / "proc")
+        self.sys_root = str(self.root / "sys")
+        write_sys_tree(node.scenario, Path(self.sys_root))
         self.kubelet = FakePodResourcesServer(node.pods, self.kubelet_socket, self._allocatable)
         self.cri = FakeCriServer(node.pods, self.cri_socket)
         self._boot_time = time.time() - 86_400.0  # the node booted a day ago
@@ -176,6 +181,7 @@ class SimulatedHost:
             "kubelet_socket": self.kubelet_socket,
             "cri_socket": self.cri_socket,
             "proc_root": self.proc_root,
+            "sys_root": self.sys_root,
             "boot_id_path": self.boot_id_path,
             "sources": {"kubelet": self.kubelet.running, "cri": self.cri.running},
         }

@@ -35,12 +35,13 @@ from runtimekit.host import DEFAULT_SYS_ROOT, cpu_sockets, format_cpulist, norma
 from runtimekit.state.refs import PciAddress
 
 from .record_mig import read_mig
+from .record_pcie import record_switches
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
 __all__ = ["record_scenario", "PLACEHOLDER_SWITCH", "UNKNOWN_SWITCH"]
 
 MiB = 1 << 20
-#: ``pcie_switch`` of GPUs and NICs: NVML and sysfs do not name PCIe switches.
+#: ``pcie_switch`` of GPUs and NICs before ``record_pcie`` names them from sysfs.
 PLACEHOLDER_SWITCH = "unknown"
 #: Bus id of the invented NVSwitch at the far end of links whose far end NVML does not name
 #: (no real PCI domain is this large); ``x-recorded.placeholders`` says which links.
@@ -366,7 +367,12 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
     for key, model in models.items():
         _idle_facts(model, key, members[key], notes)
     nics = _sys_nics(root, {n["id"] for n in numa})
-    notes.placeholder(f"gpus[*].pcie_switch, nics[*].pcie_switch: {PLACEHOLDER_SWITCH!r} (PCIe switches are not named by NVML or sysfs)")
+    switch_of, pcie_switches, unplaced = record_switches(root, [d["pci_bus_id"] for d in (*gpus, *nics)])
+    for d in (*gpus, *nics):
+        d["pcie_switch"] = switch_of[d["pci_bus_id"]]
+    if unplaced:
+        notes.placeholder(f"pcie_switches: a placeholder switch of its own (ports in domain FFFFFFFF) for "
+                          f"{', '.join(unplaced)}: no PCIe switch above it under {root / 'bus/pci/devices'}")
     notes.placeholder("gpus[*].nics: [] (which NIC serves which GPU is not known to NVML)")
     if any(n["rate_gbps"] == 0 for n in nics):
         notes.placeholder("nics[*].rate_gbps: 0 where ports/1/rate was unreadable")
@@ -395,6 +401,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
         "models": models,
         "node": {"sockets": sockets or 1, "numa_nodes": numa},
         "nvswitches": [_Flow(id=i, pci_bus_id=_Q(b if b == UNKNOWN_SWITCH else _nvml_bus_id(b))) for i, b in enumerate(switches)],
+        "pcie_switches": [_Flow(**{k: _Q(v) for k, v in e.items()}) for e in pcie_switches],
         "nics": nics,
         "gpus": gpus,
         "load": {"profile": "training"},

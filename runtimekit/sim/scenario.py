@@ -33,6 +33,7 @@ from .pods import (
     pod_uid_for,
 )
 from .scenario_mig import parse_mig
+from .scenario_pcie import SWITCH_SCHEMA, parse_pcie_switches
 from .scenario_types import (
     ARCHITECTURES,
     LOAD_PROFILES,
@@ -41,6 +42,7 @@ from .scenario_types import (
     NicSpec,
     NumaNodeSpec,
     NvSwitchSpec,
+    PcieSwitchSpec,
     Scenario,
     ScenarioError,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "NvSwitchSpec",
     "NicSpec",
     "NumaNodeSpec",
+    "PcieSwitchSpec",
     "load_scenario",
     "list_scenarios",
     "parse_scenario",
@@ -117,8 +120,9 @@ _SCHEMA = {
     "description?": str,
     "driver": {"version": str, "cuda_version": int, "nvml_version": str},
     "models": dict,  # name -> _MODEL, checked below
-    "node": {"sockets": int, "cpu_model?": str, "numa_nodes": [{"id": int, "cpus": str}]},
+    "node": {"sockets": int, "cpu_model?": str, "numa_nodes": [{"id": int, "cpus": str, "socket?": int}]},
     "nvswitches?": [{"id": int, "pci_bus_id": str}],
+    "pcie_switches?": [SWITCH_SCHEMA],
     "nics?": [{"name": str, "pci_bus_id": str, "numa_node": int, "pcie_switch": str, "rate_gbps": int}],
     "gpus": [_GPU],
     "load?": {"profile": str},
@@ -205,11 +209,8 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
     for i, n in enumerate(nics):
         if not _BUS_ID.match(n.pci_bus_id):
             raise ScenarioError(f"nics[{i}].pci_bus_id: must look like 00000000:1A:00.0")
-    numa = tuple(NumaNodeSpec(n["id"], n["cpus"]) for n in data["node"]["numa_nodes"])
+    numa = _numa_nodes(data["node"])
     numa_ids = {n.id for n in numa}
-    for i, numa_node in enumerate(numa):
-        if not _CPULIST.match(numa_node.cpus):
-            raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
     if not data["gpus"]:
         raise ScenarioError("gpus: at least one GPU is required")
     gpus = []
@@ -261,6 +262,12 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
                 mig=parse_mig(f"{p}.mig", g.get("mig"), model),
             )
         )
+    for i, n in enumerate(nics):
+        if n.numa_node not in numa_ids:
+            raise ScenarioError(f"nics[{i}].numa_node: {n.numa_node} is not in node.numa_nodes")
+    placed = [(f"gpus[{g.index}]", g.pci_bus_id, g.pcie_switch, g.numa_node) for g in gpus]
+    placed += [(f"nics[{i}]", n.pci_bus_id.upper(), n.pcie_switch, n.numa_node) for i, n in enumerate(nics)]
+    pcie_switches = parse_pcie_switches(data.get("pcie_switches", []), placed)
     kubernetes = _kubernetes(data.get("kubernetes"), gpus)
     profile = data.get("load", {}).get("profile", "training")
     if profile not in LOAD_PROFILES:
@@ -277,12 +284,33 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
         nics=nics,
         numa_nodes=numa,
         sockets=data["node"]["sockets"],
+        pcie_switches=pcie_switches,
         cpu_model=data["node"].get("cpu_model", ""),
         load_profile=profile,
         kubernetes=kubernetes,
         source=source,
         raw=data,
     )
+
+
+def _numa_nodes(node: dict[str, Any]) -> tuple[NumaNodeSpec, ...]:
+    """``node.numa_nodes``, each on a socket: its ``socket``, or by default the nodes shared evenly
+    over ``node.sockets`` in list order (2 sockets, 8 nodes: nodes 0-3 on socket 0, as AMD's NPS4
+    numbers them)."""
+    sockets, listed = node["sockets"], node["numa_nodes"]
+    if sockets < 1:
+        raise ScenarioError("node.sockets: must be >= 1")
+    out = []
+    for i, n in enumerate(listed):
+        if not _CPULIST.match(n["cpus"]):
+            raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
+        socket = n.get("socket", i * sockets // len(listed))
+        if not 0 <= socket < sockets:
+            raise ScenarioError(f"node.numa_nodes[{i}].socket: must be in 0..{sockets - 1} (node.sockets)")
+        out.append(NumaNodeSpec(n["id"], n["cpus"], socket))
+    if len({n.id for n in out}) != len(out):
+        raise ScenarioError("node.numa_nodes: ids must be unique")
+    return tuple(out)
 
 
 def _kubernetes(k: dict[str, Any] | None, gpus: list[GpuSpec]) -> KubernetesSpec:
@@ -329,7 +357,7 @@ def _builtin_dir() -> Any:
 
 
 def list_scenarios() -> list[str]:
-    """Names of the built-in scenarios (``dgx-h100``, ``dgx-a100``, ``hgx-h200``)."""
+    """Names of the built-in scenarios (``dgx-2``, ``dgx-a100``, ``dgx-h100``, ``hgx-h200``, ``pcie-inference``)."""
     return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
 
 

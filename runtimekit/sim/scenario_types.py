@@ -13,7 +13,7 @@ from typing import Any
 from .pods import KubernetesSpec
 
 __all__ = ["ARCHITECTURES", "LOAD_PROFILES", "ScenarioError", "GpuModel", "NvSwitchSpec", "NicSpec", "NumaNodeSpec",
-           "MigInstanceSpec", "MigSpec", "GpuSpec", "Scenario"]
+           "PcieSwitchSpec", "MigInstanceSpec", "MigSpec", "GpuSpec", "Scenario"]
 
 #: architecture name -> NVML_DEVICE_ARCH_* value (pynvml constants).
 ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
@@ -78,8 +78,24 @@ class NicSpec:
 
 @dataclass(frozen=True)
 class NumaNodeSpec:
+    """A NUMA node with CPUs: its id, its CPUs (a kernel cpu list) and the CPU socket it is on."""
+
     id: int
     cpus: str
+    socket: int = 0
+
+
+@dataclass(frozen=True)
+class PcieSwitchSpec:
+    """A PCIe switch, seen as sysfs shows it: its upstream port's bus id, and where that port
+    hangs: below ``root_port`` (a root port of the host bridge ``pci<domain>:<root port bus>``)
+    for a top-level switch, or below a downstream port of the switch ``parent``. Bus ids in NVML's
+    spelling ("00000000:16:00.0"); ``root_port`` is "" when ``parent`` is set and vice versa."""
+
+    name: str
+    upstream_port: str
+    root_port: str = ""
+    parent: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,7 @@ class Scenario:
     nics: tuple[NicSpec, ...]
     numa_nodes: tuple[NumaNodeSpec, ...]
     sockets: int
+    pcie_switches: tuple[PcieSwitchSpec, ...]
     cpu_model: str
     load_profile: str
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)

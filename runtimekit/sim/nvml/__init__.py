@@ -10,6 +10,7 @@ mixin per NVML API area (one file each), all answering from the same ``Simulated
 - ``pcie``: link generation/width, replay counter, throughput;
 - ``ecc``: ECC counters, retired pages, row remapping;
 - ``nvlink``: link state, version, error counters, remote endpoints;
+- ``topology``: common PCIe ancestor, nearest GPUs, peer-to-peer status;
 - ``fields``: nvmlDeviceGetFieldValues;
 - ``processes``: running processes and per-process utilisation;
 - ``events``: event sets (XIDs, ECC, GPU lost);
@@ -38,6 +39,7 @@ from .pcie import PcieMixin
 from .power import PowerThermalClocksMixin
 from .processes import ProcessesMixin
 from .system import SystemMixin
+from .topology import TopologyMixin
 
 __all__ = ["FakeNvmlLibrary"]
 
@@ -53,6 +55,7 @@ class FakeNvmlLibrary(
     PcieMixin,
     EccMixin,
     NvLinkMixin,
+    TopologyMixin,
     FieldValuesMixin,
     ProcessesMixin,
     EventsMixin,

@@ -1,4 +1,10 @@
-"""NVLink state, version, error counters and remote endpoints."""
+"""NVLink state, version, error counters and remote endpoints.
+
+A scenario's NVLinks all end at an NVSwitch (``gpus[].nvlinks``: the switch at the far end of each
+link), so the remote end of every link is that switch: device type NVML_NVLINK_DEVICE_TYPE_SWITCH
+and the switch's PCI info, as on DGX/HGX systems (``nvidia-smi nvlink -R``). Directly linked GPUs
+(DGX-1's hybrid cube mesh) are not expressible in a scenario.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from ._base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, _device, _fill_pci,
 __all__ = ["NvLinkMixin"]
 
 #: NVSwitch PCI device ids (device << 16 | vendor), by GPU architecture generation.
-_NVSWITCH_PCI_ID = {"hopper": 0x22A310DE, "ampere": 0x1AF110DE}
+_NVSWITCH_PCI_ID = {"hopper": 0x22A310DE, "ampere": 0x1AF110DE, "volta": 0x1AC110DE}
 
 #: NVLink generation -> nvmlNvlinkVersion_t as the driver answers it.
 _NVLINK_VERSION_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
