@@ -36,6 +36,7 @@ from runtimekit.exporter.collectors.remap import RemapCollector
 from runtimekit.exporter.collectors.self import SelfCollector
 from runtimekit.exporter.collectors.slices import SlicesCollector
 from runtimekit.exporter.collectors.thermal import ThermalCollector
+from runtimekit.exporter.collectors.topology import TopologyCollector
 from runtimekit.exporter.collectors.utilization import UtilizationCollector
 from runtimekit.exporter.collectors.xid import XidCollector
 from runtimekit.exporter.family import Family
@@ -75,6 +76,7 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
     "attribution": CollectorSpec(AttributionCollector, True, "attribution sources up (kubelet, cri, procfs) and the last refresh's time"),
     "health": CollectorSpec(HealthCollector, True, "health verdict per GPU and node, active faults, fault events and state transitions"),
     "slices": CollectorSpec(SlicesCollector, True, "slices: identity, compute and memory quotas against use, health and faults per slice; each card's slicing mode"),
+    "topology": CollectorSpec(TopologyCollector, True, "where GPUs and RDMA NICs sit (NUMA node, socket, PCIe switch) and the distance of every pair"),
 }
 
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)

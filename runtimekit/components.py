@@ -8,6 +8,7 @@ it is built. One row each; the supervisor (``runtimekit.supervisor``) runs them 
 | attribution   | attribution    | no                   | owners of GPU processes and devices            |
 | health        | health         | yes                  | detectors, state machine, persisted verdict    |
 | slicer        | slicer         | no                   | slices on demand: TDM shares, MIG instances    |
+| topology      | topology       | no                   | where GPUs and RDMA NICs sit, pairwise distance |
 | exporter      | exporter       | yes                  | renders the exposition ahead of scrapers       |
 | api           | api            | yes                  | the gRPC API runtimekit.v1 on a unix socket    |
 
@@ -41,6 +42,7 @@ from runtimekit.sampler import Sampler
 from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.supervisor import Component, ComponentSpec
+from runtimekit.topology.component import TopologyComponent
 
 log = logging.getLogger("runtimekit.components")
 
@@ -228,6 +230,9 @@ def component_table(shared: Shared) -> list[ComponentSpec]:
         log.info("health checker disabled (health.enabled: false)")
     if shared.slicer is not None:
         table.append(ComponentSpec("slicer", builder(SlicerComponent), False, "slices: TDM shares and MIG instances"))
+    if config.topology.enabled:
+        table.append(ComponentSpec("topology", lambda: TopologyComponent(shared.state, shared.session, config.topology),
+                                   False, "GPU and NIC places, pairwise distances"))
     table.append(ComponentSpec("exporter", builder(ExporterComponent), True, "renders the exposition ahead of scrapers"))
     if config.api.enabled:
         table.append(ComponentSpec("api", builder(ApiComponent), True, "gRPC runtimekit.v1 on the unix socket"))

@@ -26,6 +26,7 @@ from runtimekit.listener import serve_app
 from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.supervisor import ComponentSpec, Supervisor
+from runtimekit.topology.routes import add_topology_routes
 
 CONFIG = web.AppKey("config", Config)
 STATE = web.AppKey("state", NodeState)
@@ -67,6 +68,7 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
             registration.add_routes(app)
     add_exporter_routes(app, cache)
     add_health_routes(app, state)
+    add_topology_routes(app, state)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/", _landing)

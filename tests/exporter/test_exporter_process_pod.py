@@ -44,6 +44,7 @@ from runtimekit.state.health import ActiveFault, SliceHealth
 from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, Slice, SliceSpec, SliceTable
 from runtimekit.state.slices import Owner as SliceOwner
+from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 DOCS = Path(__file__).parents[2] / "docs" / "metrics.md"
@@ -348,7 +349,18 @@ def full_state():
                                                          memory_used_bytes=3 * GiB, utilization=0.2),)))  # in full
     state.publish_slices(SliceTable(slices=MappingProxyType({SLICE.id: SLICE}),
                                     devices=MappingProxyType({0: DeviceModeInfo(GpuRef(uuid_for(0), 0), "tdm")})))
+    state.publish_topology(TOPOLOGY)
     return state
+
+
+# GPUs 0 and 1 linked by NVLink under one PCIe switch with a NIC; GPU 2 on the other socket.
+_PLACES = (GpuPlace(GpuRef(uuid_for(0), 0), 0, 0, ("0000:16:00.0",), MappingProxyType({1: 18}), nvswitch=True),
+           GpuPlace(GpuRef(uuid_for(1), 1), 0, 0, ("0000:16:00.0",), MappingProxyType({0: 18}), nvswitch=True),
+           GpuPlace(GpuRef(uuid_for(2), 2), 1, 1, ("0000:96:00.0",)))
+_NIC = NicPlace("mlx5_0", "0000:1a:00.0", 0, 0, ("0000:16:00.0",), 400, ("/dev/infiniband/uverbs0",))
+TOPOLOGY = Topology(_PLACES, (_NIC,), MappingProxyType({(0, 1): Link("nvlink", 18), (0, 2): Link("system"), (1, 2): Link("system")}),
+                    MappingProxyType({(0, "mlx5_0"): Link("pcie_switch"), (1, "mlx5_0"): Link("pcie_switch"),
+                                      (2, "mlx5_0"): Link("system")}), 1.0, ("GPU 3: lost; its NVLinks were not read",))
 
 
 SLICE = Slice(id="s-00000000000a", spec=SliceSpec(mode="tdm", compute=50, memory_mib=2048, owner=SliceOwner(owner_id="docs")),

@@ -1,0 +1,272 @@
+"""The best-connected k GPUs of a free set, each with its nearest free RDMA NIC. Pure: no I/O, no
+clock, no state; the same answer for the same question.
+
+**Objective.** The chosen set ``S`` has the least total pairwise distance, Σ ``Link.cost`` over its
+pairs (``runtimekit.state.topology``: any NVLink < the same PCIe switch < the same NUMA node < the
+same socket < across sockets).
+
+**Tie-break.** Among sets of equal cost, the one that splits the fewest pairs of the nearest kind
+between the GPUs taken and the free GPUs left (then of the next kind, and so on): a pair's kind is
+its cost, so an NVLink pair, a PCIe switch, a NUMA node, a socket is taken or left whole where the
+cost allows, and when a group must be split, the smallest one is. So one GPU is taken where it
+leaves larger groups whole (not the first free one, as go-gpuallocator's besteffort does), and
+k GPUs are not taken from a switch whose other GPUs another request could use whole. Remaining
+ties: the lexicographically smallest index tuple.
+
+**Search.** Exact, by branch and bound over index-ordered subsets, on one integer objective:
+with the pair costs ranked nearest first (``rank`` 0 .. m-1 over the free set's distinct costs),
+``B`` above any number of split pairs and ``f(c) = B^(m-1-rank(c))``,
+``obj(S) = B^m·cost(S) + Σ_{s∈S, x∈F∖S} f(cost(s, x))``, which is pairwise plus per GPU:
+``Σ_{pairs of S} (B^m·cost - 2·f(cost)) + Σ_{s∈S} Σ_{x∈F} f(cost(s, x))``. The lower bound of a
+partial set ``P`` with ``r`` GPUs still to pick from candidates ``C``: ``obj(P)`` plus the ``r``
+smallest over ``C`` of ``g(x)`` = x's weight to ``P`` + its own term + half the ``r-1`` smallest
+pair weights from x (each new pair is counted half from each end, never more than it weighs).
+A greedy set seeds the incumbent. ``brute_force`` enumerates every subset and compares
+(cost, split pairs per kind, indices) literally instead: the reference.
+
+**NICs.** With ``with_nics``, each chosen GPU gets one free NIC, each NIC at most once, as an
+optimal assignment (Hungarian method) minimising Σ ``nic_links`` cost (same PCIe switch, then NUMA
+node, then socket); as many GPUs as there are free NICs get one, the others ``""``.
+
+A pair missing from ``gpu_links`` / ``nic_links`` (discovery could not place it) counts as across
+sockets (``MISSING``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from runtimekit.state.topology import Link, Topology
+
+__all__ = ["Allocation", "AllocationError", "MISSING", "allocate", "brute_force"]
+
+MISSING = Link("system")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The chosen GPUs (indices, ascending), their NICs (same order; ``""``: none, or NICs not
+    asked for) and Σ ``Link.cost`` over the chosen pairs."""
+
+    gpus: tuple[int, ...]
+    nics: tuple[str, ...]
+    cost: int
+
+
+class AllocationError(ValueError):
+    """A request that cannot be answered; ``field`` names the argument, the message the rule."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """A validated request: free GPU indices ascending, the positions (into ``free``) of the
+    required ones, and the pair costs by position."""
+
+    free: tuple[int, ...]
+    count: int
+    required: tuple[int, ...]
+    cost: tuple[tuple[int, ...], ...]
+
+
+def allocate(topology: Topology, free: Iterable[int], count: int, *, required: Iterable[int] = (),
+             with_nics: bool = False, free_nics: Iterable[str] | None = None) -> Allocation:
+    """The best ``count`` GPUs of ``free`` (indices) that include ``required``, and with
+    ``with_nics`` their NICs from ``free_nics`` (names; None: every NIC of the topology).
+    Raises AllocationError naming ``count``, ``free``, ``required`` or ``free_nics``."""
+    problem = _problem(topology, free, count, required)
+    nic_names = _free_nics(topology, free_nics) if with_nics else ()
+    chosen = tuple(problem.free[p] for p in _search(problem))
+    return Allocation(chosen, _assign_nics(topology, chosen, nic_names), _set_cost(problem, chosen))
+
+
+def brute_force(topology: Topology, free: Iterable[int], count: int, required: Iterable[int] = ()) -> Allocation:
+    """The reference: every subset of ``count`` free GPUs holding ``required``, the least
+    (cost of the set, pairs split per kind nearest first, indices). No NICs (``""`` each)."""
+    problem = _problem(topology, free, count, required)
+    kinds = sorted({c for row in problem.cost for c in row} - {0})
+    must = set(problem.required)
+    best: tuple[int, list[int], tuple[int, ...]] | None = None
+    for chosen in combinations(range(len(problem.free)), problem.count):
+        if must <= set(chosen):
+            split = [0] * len(kinds)
+            for a in chosen:
+                for b in set(range(len(problem.free))) - set(chosen):
+                    split[kinds.index(problem.cost[a][b])] += 1
+            key = (sum(problem.cost[a][b] for a, b in combinations(chosen, 2)), split, chosen)
+            best = key if best is None or key < best else best
+    assert best is not None  # _problem guarantees a subset holding `required` exists
+    return Allocation(tuple(problem.free[p] for p in best[2]), ("",) * problem.count, best[0])
+
+
+def _problem(topology: Topology, free: Iterable[int], count: int, required: Iterable[int]) -> _Problem:
+    known = {gpu.ref.index for gpu in topology.gpus}
+    free_set, must = set(free), set(required)
+    for field, given in (("free", free_set), ("required", must)):
+        unknown = sorted(i for i in given if i not in known)
+        if unknown:
+            raise AllocationError(field, f"GPU {unknown[0]} is not in the topology (GPUs: {_span(known)})")
+    taken = sorted(must - free_set)
+    if taken:
+        raise AllocationError("required", f"GPU {taken[0]} is not free")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise AllocationError("count", f"must be a whole number of GPUs, at least 1 (got {count!r})")
+    if count > len(free_set):
+        raise AllocationError("count", f"{count} GPUs asked, {len(free_set)} free")
+    if len(must) > count:
+        raise AllocationError("required", f"{len(must)} GPUs required, more than count {count}")
+    ordered = tuple(sorted(free_set))
+    links = topology.gpu_links
+    cost = tuple(tuple(0 if a == b else links.get((min(a, b), max(a, b)), MISSING).cost for b in ordered) for a in ordered)
+    return _Problem(ordered, count, tuple(p for p, g in enumerate(ordered) if g in must), cost)
+
+
+def _span(indices: Iterable[int]) -> str:
+    """``0-7`` for a run of indices, ``0,2,5`` otherwise, ``none`` for no GPU."""
+    ordered = sorted(indices)
+    if not ordered:
+        return "none"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(map(str, ordered))
+
+
+def _set_cost(problem: _Problem, gpus: Sequence[int]) -> int:
+    pos = {g: p for p, g in enumerate(problem.free)}
+    return sum(problem.cost[pos[a]][pos[b]] for a, b in combinations(gpus, 2))
+
+
+def _search(problem: _Problem) -> tuple[int, ...]:
+    """Positions (ascending) of the least (obj, positions) set; see the module docstring."""
+    n, cost = len(problem.free), problem.cost
+    if problem.count == n:
+        return tuple(range(n))
+    kinds = sorted({c for row in cost for c in row} - {0})
+    base_b = problem.count * (n - problem.count) + 1  # B: above the number of pairs a set can split
+    top = base_b ** len(kinds)
+    f = {c: base_b ** (len(kinds) - 1 - rank) for rank, c in enumerate(kinds)}
+    w = [[0 if c == 0 else top * c - 2 * f[c] for c in row] for row in cost]
+    own = [sum(f[c] for c in row if c) for row in cost]
+    required = problem.required
+    candidates = [p for p in range(n) if p not in required]
+    r0 = problem.count - len(required)
+    # smallest[x][m]: Σ of the m smallest pair weights from x to another candidate (twice the bound's half)
+    smallest = [[0, *_prefix(sorted(w[x][y] for y in candidates if y != x))] for x in range(n)]
+    acc = [sum(w[x][p] for p in required) for x in range(n)]
+    base = sum(w[a][b] for a, b in combinations(required, 2)) + sum(own[p] for p in required)
+    best_obj, best = _greedy(w, own, required, candidates, r0, acc, base)
+
+    def visit(chosen: list[int], acc: list[int], base: int, start: int, r: int) -> None:
+        nonlocal best_obj, best
+        if r == 0:
+            key = tuple(sorted((*required, *chosen)))
+            if (base, key) < (best_obj, best):
+                best_obj, best = base, key
+            return
+        pool = candidates[start:]
+        if len(pool) < r:
+            return
+        gains = sorted(2 * (acc[x] + own[x]) + smallest[x][r - 1] for x in pool)
+        bound = 2 * base + sum(gains[:r])
+        if bound > 2 * best_obj or (bound == 2 * best_obj and tuple(sorted((*required, *chosen, *pool[:r]))) >= best):
+            return
+        for i in range(len(pool) - r + 1):
+            x = pool[i]
+            row = w[x]
+            visit(chosen + [x], [a + row[y] for y, a in enumerate(acc)], base + acc[x] + own[x], start + i + 1, r - 1)
+
+    visit([], acc, base, 0, r0)
+    return best
+
+
+def _prefix(values: Iterable[int]) -> list[int]:
+    total, out = 0, []
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def _greedy(w: list[list[int]], own: list[int], required: tuple[int, ...], candidates: list[int], r: int,
+            acc: list[int], base: int) -> tuple[int, tuple[int, ...]]:
+    """An incumbent: from each candidate, add the GPU that raises obj least until r are chosen."""
+    best: tuple[int, tuple[int, ...]] | None = None
+    for first in (candidates if r else candidates[:1]):
+        chosen: list[int] = []
+        inc, total = list(acc), base
+        for _ in range(r):
+            x = first if not chosen else min((c for c in candidates if c not in chosen), key=lambda c: inc[c] + own[c])
+            chosen.append(x)
+            total += inc[x] + own[x]
+            inc = [a + w[x][y] for y, a in enumerate(inc)]
+        key = (total, tuple(sorted((*required, *chosen))))
+        best = key if best is None or key < best else best
+    assert best is not None  # candidates is non-empty: count < number free
+    return best
+
+
+def _free_nics(topology: Topology, free_nics: Iterable[str] | None) -> tuple[str, ...]:
+    names = [nic.name for nic in topology.nics]
+    if free_nics is None:
+        return tuple(names)
+    given = set(free_nics)
+    unknown = sorted(given - set(names))
+    if unknown:
+        raise AllocationError("free_nics", f"NIC {unknown[0]!r} is not in the topology (NICs: {', '.join(names) or 'none'})")
+    return tuple(name for name in names if name in given)
+
+
+def _assign_nics(topology: Topology, gpus: tuple[int, ...], nics: tuple[str, ...]) -> tuple[str, ...]:
+    """Each GPU's NIC (``""``: none) in an assignment of least Σ nic_links cost."""
+    if not nics:
+        return ("",) * len(gpus)
+    cost = [[topology.nic_links.get((g, nic), MISSING).cost for nic in nics] for g in gpus]
+    if len(gpus) <= len(nics):
+        return tuple(nics[j] for j in _hungarian(cost))
+    by_nic = _hungarian([list(col) for col in zip(*cost, strict=True)])
+    out = [""] * len(gpus)
+    for j, row in enumerate(by_nic):
+        out[row] = nics[j]
+    return tuple(out)
+
+
+def _hungarian(cost: list[list[int]]) -> list[int]:
+    """The column of each row in a least-cost assignment, rows ≤ columns (Kuhn-Munkres with
+    potentials, O(rows²·columns); the e-maxx formulation)."""
+    n, m = len(cost), len(cost[0])
+    inf = 1 << 62  # above any reduced cost
+    u, v, match, way = [0] * (n + 1), [0] * (m + 1), [0] * (m + 1), [0] * (m + 1)
+    for i in range(1, n + 1):
+        match[0], j0 = i, 0
+        minv, used = [inf] * (m + 1), [False] * (m + 1)
+        while match[j0]:
+            used[j0] = True
+            i0, delta, j1 = match[j0], inf, 0
+            for j in range(1, m + 1):
+                if not used[j]:
+                    cur = cost[i0 - 1][j - 1] - u[i0] - v[j]
+                    if cur < minv[j]:
+                        minv[j], way[j] = cur, j0
+                    if minv[j] < delta:
+                        delta, j1 = minv[j], j
+            for j in range(m + 1):
+                if used[j]:
+                    u[match[j]] += delta
+                    v[j] -= delta
+                else:
+                    minv[j] -= delta
+            j0 = j1
+        while j0:
+            j1 = way[j0]
+            match[j0] = match[j1]
+            j0 = j1
+    out = [0] * n
+    for j in range(1, m + 1):
+        if match[j]:
+            out[match[j] - 1] = j - 1
+    return out

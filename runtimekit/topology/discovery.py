@@ -1,0 +1,199 @@
+"""Discovery: where every GPU and RDMA NIC of the node sits, and how far apart each pair is.
+
+``discover(session, snapshot, sys_root, now)`` reads, once (the topology component calls it at
+start and again when the sampled GPUs change, never per request):
+
+- **NVLinks** from NVML (``runtimekit.gpu.topology.read_topology``: the kind of device at the far
+  end of each link, and its PCI bus id). A link whose far end is a GPU counts for that peer; on
+  NVSwitch systems every link ends at a switch, so every two NVSwitch-connected GPUs are linked
+  through the fabric with as many links as the lesser of the two has (``nvidia-smi topo -m``'s
+  NV18 between every pair of a DGX H100). A link the sample shows inactive is not counted.
+- **The PCI hierarchy** from sysfs under ``sys_root`` (``runtimekit.host``): the PCIe switches
+  above each device (upstream ports, root first), its NUMA node (sysfs ``numa_node``), and the
+  CPU socket of that NUMA node (the ``physical_package_id`` of the node's first CPU).
+- **RDMA NICs** from ``class/infiniband`` with their PCI function's place, port 1 rate, and the
+  device nodes a container needs (``/dev/infiniband/uverbsN`` for each
+  ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` names the NIC).
+
+Every pair's distance is ``distance.links_between``. What cannot be read is said in
+``Topology.errors`` (in words, one entry per device and fact) and that fact left unknown; one
+unreadable device never fails the whole discovery.
+
+Blocking (NVML and file reads): call it from an executor thread, never from the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from types import MappingProxyType
+
+from runtimekit.gpu.nvml import GpuLostError, NvmlSession
+from runtimekit.gpu.topology import read_topology
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
+from runtimekit.host import numa_nodes, parse_cpulist, pci_device_dir, pci_numa_node, pcie_switches_above, rdma_nics
+from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
+
+from .distance import links_between
+
+__all__ = ["discover", "gpu_ref", "numa_sockets"]
+
+#: Where a container finds a NIC's verbs device node: ``/dev/infiniband/uverbsN``.
+DEV_INFINIBAND = "/dev/infiniband"
+
+
+def gpu_ref(gpu: GpuSnapshot) -> GpuRef:
+    """The reference of a sampled GPU ("" for a UUID the driver could not give; no PCI address
+    when it could not give one)."""
+    uuid = gpu.identity.uuid if is_available(gpu.identity.uuid) else ""
+    pci = gpu.identity.pci_bus_id
+    try:
+        address = PciAddress.parse(pci) if is_available(pci) else None
+    except ValueError:  # the reader normalises it; an unreadable one is left out, not fatal
+        address = None
+    return GpuRef(uuid, gpu.index, address)
+
+
+def numa_sockets(sys_root: str) -> dict[int, int]:
+    """NUMA node id -> CPU socket (``physical_package_id`` of the node's first CPU), for the NUMA
+    nodes with CPUs that sysfs describes."""
+    out = {}
+    for node in numa_nodes(sys_root):
+        first = min(parse_cpulist(node.cpus))
+        package = Path(sys_root) / f"devices/system/cpu/cpu{first}/topology/physical_package_id"
+        text = package.read_text().strip() if package.is_file() else ""
+        if text.isdigit():
+            out[node.id] = int(text)
+    return out
+
+
+@dataclass
+class _NvLinkEnds:
+    """Where one GPU's counted links end: peer GPU index -> links, and links to NVSwitches."""
+
+    peers: dict[int, int] = field(default_factory=dict)
+    switch: int = 0
+
+
+def _nvlink_ends(session: NvmlSession, gpu: GpuSnapshot, by_bus: Mapping[str, int], errors: list[str]) -> _NvLinkEnds:
+    ends = _NvLinkEnds()
+    count = gpu.limits.nvlink_count
+    if not is_available(count) or count <= 0:
+        return ends
+    if gpu.lost:
+        errors.append(f"GPU {gpu.index}: lost; its NVLinks were not read")
+        return ends
+    try:
+        topology = read_topology(session, gpu.index, count)
+    except GpuLostError:
+        errors.append(f"GPU {gpu.index}: lost while its NVLinks were read")
+        return ends
+    if isinstance(topology, Unavailable):
+        errors.append(f"GPU {gpu.index}: NVLinks unreadable ({topology.reason} {topology.detail})".rstrip())
+        return ends
+    active = {link.link: link.active for link in gpu.nvlinks}
+    for peer in topology.nvlinks:
+        state = active.get(peer.link)
+        if state is False:  # down in the latest sample; unknown counts (the read said where it ends)
+            continue
+        kind, remote = peer.remote_type, peer.remote_pci_bus_id
+        if kind == "switch":
+            ends.switch += 1
+        elif kind == "gpu" and is_available(remote) and remote in by_bus:
+            ends.peers[by_bus[remote]] = ends.peers.get(by_bus[remote], 0) + 1
+        elif kind == "gpu" or (state is True and not is_available(kind)):
+            errors.append(f"GPU {gpu.index}: NVLink {peer.link} ends at a device discovery cannot place ({kind}, {remote})")
+    return ends
+
+
+def _place(bus_id: str, what: str, sys_root: str, errors: list[str]) -> tuple[tuple[str, ...], int | None]:
+    """(PCIe switches above, NUMA node) of PCI function ``bus_id`` from sysfs."""
+    try:
+        if pci_device_dir(bus_id, sys_root) is None:
+            errors.append(f"{what}: PCI function {bus_id} is not in {sys_root}/bus/pci/devices")
+            return (), None
+        return tuple(pcie_switches_above(bus_id, sys_root)), pci_numa_node(bus_id, sys_root)
+    except OSError as error:
+        errors.append(f"{what}: reading its sysfs entry failed: {error}")
+        return (), None
+
+
+def _gpu_places(session: NvmlSession, gpus: tuple[GpuSnapshot, ...], sys_root: str, sockets: Mapping[int, int],
+                errors: list[str]) -> tuple[GpuPlace, ...]:
+    refs = [gpu_ref(gpu) for gpu in gpus]
+    by_bus = {str(ref.pci): ref.index for ref in refs if ref.pci is not None}
+    ends = {gpu.index: _nvlink_ends(session, gpu, by_bus, errors) for gpu in gpus}
+    places = []
+    for gpu, ref in zip(gpus, refs, strict=True):
+        mine = ends[gpu.index]
+        nvlinks = dict(mine.peers)
+        for other in gpus:  # through the NVSwitch fabric: as many links as the lesser end has
+            through = min(mine.switch, ends[other.index].switch)
+            if other.index != gpu.index and through:
+                nvlinks[other.index] = nvlinks.get(other.index, 0) + through
+        switches: tuple[str, ...] = ()
+        numa = None
+        if ref.pci is None:
+            errors.append(f"GPU {gpu.index}: no PCI address; its PCIe place is unknown")
+        else:
+            switches, numa = _place(str(ref.pci), f"GPU {gpu.index}", sys_root, errors)
+        places.append(GpuPlace(ref, numa, sockets.get(numa) if numa is not None else None, switches,
+                               MappingProxyType(nvlinks), nvswitch=mine.switch > 0))
+    return tuple(places)
+
+
+def _natural(name: str) -> tuple[str | int, ...]:
+    """Sort key: "mlx5_2" before "mlx5_10"."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def _device_nodes(sys_root: str, nic: str) -> tuple[str, ...]:
+    """``/dev/infiniband/uverbsN`` of each ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` is ``nic``."""
+    out = []
+    for verbs in sorted((Path(sys_root) / "class/infiniband_verbs").glob("uverbs*")):
+        ibdev = verbs / "ibdev"
+        if ibdev.is_file() and ibdev.read_text().strip() == nic:
+            out.append(f"{DEV_INFINIBAND}/{verbs.name}")
+    return tuple(out)
+
+
+def _nic_places(sys_root: str, sockets: Mapping[int, int], errors: list[str]) -> tuple[NicPlace, ...]:
+    try:
+        found = rdma_nics(sys_root)
+    except (OSError, ValueError) as error:
+        errors.append(f"RDMA NICs: reading {sys_root}/class/infiniband failed: {error}")
+        return ()
+    places = []
+    for nic in sorted(found, key=lambda nic: _natural(nic.name)):
+        switches, numa = _place(nic.pci_bus_id, f"NIC {nic.name}", sys_root, errors)
+        numa = numa if numa is not None else nic.numa_node
+        try:
+            nodes = _device_nodes(sys_root, nic.name)
+        except OSError as error:
+            errors.append(f"NIC {nic.name}: reading {sys_root}/class/infiniband_verbs failed: {error}")
+            nodes = ()
+        places.append(NicPlace(nic.name, nic.pci_bus_id, numa, sockets.get(numa) if numa is not None else None,
+                               switches, nic.rate_gbps, nodes))
+    return tuple(places)
+
+
+def discover(session: NvmlSession, snapshot: NodeSnapshot, sys_root: str, now: float) -> Topology:
+    """The topology of the GPUs in ``snapshot`` and the NICs under ``sys_root``, discovered at
+    ``now`` (unix seconds). ``session`` must be initialised (the sampler's). Blocking."""
+    errors: list[str] = []
+    try:
+        sockets = numa_sockets(sys_root)
+    except (OSError, ValueError) as error:
+        errors.append(f"NUMA nodes and sockets: reading {sys_root}/devices/system failed: {error}")
+        sockets = {}
+    gpus = _gpu_places(session, tuple(sorted(snapshot.gpus, key=lambda gpu: gpu.index)), sys_root, sockets, errors)
+    nics = _nic_places(sys_root, sockets, errors)
+    gpu_links: dict[tuple[int, int], Link] = {
+        (a.ref.index, b.ref.index): links_between(a, b) for a, b in combinations(gpus, 2)
+    }
+    nic_links = {(gpu.ref.index, nic.name): links_between(gpu, nic) for gpu in gpus for nic in nics}
+    return Topology(gpus, nics, MappingProxyType(gpu_links), MappingProxyType(nic_links), now, tuple(errors))
