@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyped]
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
-from runtimekit.gpu.types import GpuSnapshot, is_available
+from runtimekit.gpu.types import GpuSnapshot, MigDevice, is_available
 from runtimekit.state import NodeView
 from runtimekit.state.health import HEALTHY, RECOVERING, SUSPECT, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth, SliceHealth
-from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, Slice, SliceRequest
+from runtimekit.topology.discovery import gpu_ref
 
 MIB = 1 << 20  # bytes in one MiB
 DEVICE_KIND = "gpu"
@@ -90,6 +91,7 @@ def slice_message(item: Slice) -> slice_pb2.Slice:
         message.partition.CopyFrom(slice_pb2.Partition(
             gpu_instance_id=item.mig.gpu_instance_id, compute_instance_id=item.mig.compute_instance_id,
             uuid=item.mig.uuid, profile_id=item.profile_id or 0, placement_start=start, placement_size=size,
+            profile=item.profile,
         ))
     return message
 
@@ -132,17 +134,6 @@ def slice_health(health: SliceHealth, refs: dict[int, GpuRef]) -> node_pb2.Slice
     )
 
 
-def gpu_ref(gpu: GpuSnapshot) -> GpuRef:
-    """The reference of a sampled GPU ("" for a UUID the driver could not give)."""
-    uuid = gpu.identity.uuid if is_available(gpu.identity.uuid) else ""
-    pci = gpu.identity.pci_bus_id
-    try:
-        address = PciAddress.parse(pci) if is_available(pci) else None
-    except ValueError:  # the reader normalises it; an unreadable one is left out, not fatal
-        address = None
-    return GpuRef(uuid, gpu.index, address)
-
-
 def node_health(health: NodeHealth | None, refs: dict[int, GpuRef]) -> node_pb2.NodeHealth:
     """The node's verdict; an empty NodeHealth (state UNSPECIFIED) before the first one.
     ``refs``: the sampled GPUs by index, for their PCI addresses."""
@@ -161,6 +152,17 @@ def node_health(health: NodeHealth | None, refs: dict[int, GpuRef]) -> node_pb2.
     )
 
 
+def partition_message(mig: MigDevice) -> slice_pb2.Partition:
+    """A partition that exists on a device now (a sampled MIG device); placement_size stays 0
+    (the sample does not carry it)."""
+    return slice_pb2.Partition(
+        gpu_instance_id=mig.gpu_instance_id, compute_instance_id=mig.compute_instance_id, uuid=mig.uuid,
+        profile_id=mig.profile_id if is_available(mig.profile_id) else 0,
+        placement_start=mig.placement_start if is_available(mig.placement_start) else 0,
+        profile=mig.profile if is_available(mig.profile) else "",
+    )
+
+
 def device_message(
     ref: GpuRef, gpu: GpuSnapshot | None, info: DeviceModeInfo | None, health: GpuHealth | None
 ) -> node_pb2.Device:
@@ -173,6 +175,8 @@ def device_message(
             message.model = gpu.identity.name
         if is_available(gpu.limits.memory_total_bytes):
             message.memory_bytes = gpu.limits.memory_total_bytes
+        message.partitions.extend(partition_message(mig) for mig in sorted(
+            gpu.mig_devices, key=lambda mig: (mig.gpu_instance_id, mig.compute_instance_id)))
     if info is not None:
         message.mode = info.mode
         message.pending_mode = info.pending or ""

@@ -19,7 +19,7 @@ import grpc
 import grpc.aio
 
 from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
-from runtimekit.api import convert
+from runtimekit.api import convert, topology
 from runtimekit.state import HEALTH, SLICES, NodeState
 from runtimekit.state.slices import ErrorCode, SliceError, SliceService
 
@@ -136,6 +136,24 @@ class AgentServicer(service_pb2_grpc.AgentServiceServicer):
             return service_pb2.GetNodeResponse(node=convert.node_message(view, self._slicer is not None))
 
         return await self._answer(context, node())
+
+    # -- topology ------------------------------------------------------------------------------
+
+    async def GetTopology(self, request: service_pb2.GetTopologyRequest, context: Any) -> service_pb2.GetTopologyResponse:
+        async def get() -> service_pb2.GetTopologyResponse:
+            found = self._state.view().topology
+            if found is None:
+                raise SliceError("unavailable", "", topology.NO_TOPOLOGY)
+            return service_pb2.GetTopologyResponse(topology=topology.topology_message(found))
+
+        return await self._answer(context, get())
+
+    async def AllocateDevices(self, request: service_pb2.AllocateDevicesRequest, context: Any
+                              ) -> service_pb2.AllocateDevicesResponse:
+        async def choose() -> service_pb2.AllocateDevicesResponse:
+            return topology.allocate_devices(self._state.view(), request)  # exact; milliseconds for 16 devices
+
+        return await self._answer(context, choose())
 
     async def WatchHealth(self, request: service_pb2.WatchHealthRequest, context: Any
                           ) -> AsyncIterator[service_pb2.WatchHealthResponse]:

@@ -45,7 +45,7 @@ async def test_a_partition_slice_names_its_partition(api: Api) -> None:
     made = await create(api, mode="mig", compute=30, memory="20GiB")
     assert made.HasField("partition")
     assert made.partition == slice_pb2.Partition(gpu_instance_id=7, compute_instance_id=0, uuid="MIG-11111111-2222-3333-4444-555555555555",
-                                                 profile_id=9, placement_start=4, placement_size=4)
+                                                 profile_id=9, placement_start=4, placement_size=4, profile="3g.40gb")
     assert made.profile == "3g.40gb" and made.device.index == 1
     assert (made.compute_percent, made.memory_bytes, made.requested_memory_bytes) == (43, 20_096 * MIB, 20 * GiB)
 

@@ -99,7 +99,7 @@ class Capacity(_message.Message):
     def __init__(self, compute_percent_total: _Optional[int] = ..., compute_percent_free: _Optional[int] = ..., memory_bytes_total: _Optional[int] = ..., memory_bytes_usable: _Optional[int] = ..., memory_bytes_free: _Optional[int] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health")
+    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health", "partitions")
     REF_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class Device(_message.Message):
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     SLICE_IDS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ref: _slice_pb2.DeviceRef
     model: str
     memory_bytes: int
@@ -120,7 +121,8 @@ class Device(_message.Message):
     capacity: Capacity
     slice_ids: _containers.RepeatedScalarFieldContainer[str]
     health: DeviceHealth
-    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ...) -> None: ...
+    partitions: _containers.RepeatedCompositeFieldContainer[_slice_pb2.Partition]
+    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[_slice_pb2.Partition, _Mapping]]] = ...) -> None: ...
 
 class NodeHealth(_message.Message):
     __slots__ = ("state", "action", "evaluated_at", "faults", "devices", "slices")
@@ -159,3 +161,77 @@ class Node(_message.Message):
     driver_version: str
     sampled_at: _timestamp_pb2.Timestamp
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., health: _Optional[_Union[NodeHealth, _Mapping]] = ..., slicer_enabled: _Optional[bool] = ..., driver_version: _Optional[str] = ..., sampled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DevicePlace(_message.Message):
+    __slots__ = ("ref", "numa_node", "socket", "pcie_switches", "switched_fabric")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    PCIE_SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    SWITCHED_FABRIC_FIELD_NUMBER: _ClassVar[int]
+    ref: _slice_pb2.DeviceRef
+    numa_node: int
+    socket: int
+    pcie_switches: _containers.RepeatedScalarFieldContainer[str]
+    switched_fabric: bool
+    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., switched_fabric: _Optional[bool] = ...) -> None: ...
+
+class Nic(_message.Message):
+    __slots__ = ("name", "pci_address", "numa_node", "socket", "pcie_switches", "rate_gbps", "device_nodes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PCI_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    PCIE_SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_NODES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pci_address: str
+    numa_node: int
+    socket: int
+    pcie_switches: _containers.RepeatedScalarFieldContainer[str]
+    rate_gbps: int
+    device_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., pci_address: _Optional[str] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., rate_gbps: _Optional[int] = ..., device_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeviceLink(_message.Message):
+    __slots__ = ("device_index", "peer_index", "level", "links", "cost")
+    DEVICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PEER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    device_index: int
+    peer_index: int
+    level: str
+    links: int
+    cost: int
+    def __init__(self, device_index: _Optional[int] = ..., peer_index: _Optional[int] = ..., level: _Optional[str] = ..., links: _Optional[int] = ..., cost: _Optional[int] = ...) -> None: ...
+
+class NicLink(_message.Message):
+    __slots__ = ("device_index", "nic", "level", "cost")
+    DEVICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    device_index: int
+    nic: str
+    level: str
+    cost: int
+    def __init__(self, device_index: _Optional[int] = ..., nic: _Optional[str] = ..., level: _Optional[str] = ..., cost: _Optional[int] = ...) -> None: ...
+
+class Topology(_message.Message):
+    __slots__ = ("devices", "nics", "device_links", "nic_links", "discovered_at", "errors")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_LINKS_FIELD_NUMBER: _ClassVar[int]
+    NIC_LINKS_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[DevicePlace]
+    nics: _containers.RepeatedCompositeFieldContainer[Nic]
+    device_links: _containers.RepeatedCompositeFieldContainer[DeviceLink]
+    nic_links: _containers.RepeatedCompositeFieldContainer[NicLink]
+    discovered_at: _timestamp_pb2.Timestamp
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, devices: _Optional[_Iterable[_Union[DevicePlace, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[Nic, _Mapping]]] = ..., device_links: _Optional[_Iterable[_Union[DeviceLink, _Mapping]]] = ..., nic_links: _Optional[_Iterable[_Union[NicLink, _Mapping]]] = ..., discovered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...

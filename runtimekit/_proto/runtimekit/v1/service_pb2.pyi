@@ -111,3 +111,41 @@ class WatchHealthResponse(_message.Message):
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     health: _node_pb2.NodeHealth
     def __init__(self, health: _Optional[_Union[_node_pb2.NodeHealth, _Mapping]] = ...) -> None: ...
+
+class GetTopologyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopologyResponse(_message.Message):
+    __slots__ = ("topology",)
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    topology: _node_pb2.Topology
+    def __init__(self, topology: _Optional[_Union[_node_pb2.Topology, _Mapping]] = ...) -> None: ...
+
+class AllocateDevicesRequest(_message.Message):
+    __slots__ = ("count", "candidate_device_uuids", "required_device_uuids", "with_nics")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_DEVICE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_DEVICE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    WITH_NICS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    candidate_device_uuids: _containers.RepeatedScalarFieldContainer[str]
+    required_device_uuids: _containers.RepeatedScalarFieldContainer[str]
+    with_nics: bool
+    def __init__(self, count: _Optional[int] = ..., candidate_device_uuids: _Optional[_Iterable[str]] = ..., required_device_uuids: _Optional[_Iterable[str]] = ..., with_nics: _Optional[bool] = ...) -> None: ...
+
+class AllocatedDevice(_message.Message):
+    __slots__ = ("device", "nic")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    device: _slice_pb2.DeviceRef
+    nic: _node_pb2.Nic
+    def __init__(self, device: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., nic: _Optional[_Union[_node_pb2.Nic, _Mapping]] = ...) -> None: ...
+
+class AllocateDevicesResponse(_message.Message):
+    __slots__ = ("devices", "cost")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[AllocatedDevice]
+    cost: int
+    def __init__(self, devices: _Optional[_Iterable[_Union[AllocatedDevice, _Mapping]]] = ..., cost: _Optional[int] = ...) -> None: ...

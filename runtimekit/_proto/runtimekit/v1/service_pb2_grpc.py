@@ -75,6 +75,16 @@ class AgentServiceStub:
                 request_serializer=runtimekit_dot_v1_dot_service__pb2.WatchHealthRequest.SerializeToString,
                 response_deserializer=runtimekit_dot_v1_dot_service__pb2.WatchHealthResponse.FromString,
                 _registered_method=True)
+        self.GetTopology = channel.unary_unary(
+                '/runtimekit.v1.AgentService/GetTopology',
+                request_serializer=runtimekit_dot_v1_dot_service__pb2.GetTopologyRequest.SerializeToString,
+                response_deserializer=runtimekit_dot_v1_dot_service__pb2.GetTopologyResponse.FromString,
+                _registered_method=True)
+        self.AllocateDevices = channel.unary_unary(
+                '/runtimekit.v1.AgentService/AllocateDevices',
+                request_serializer=runtimekit_dot_v1_dot_service__pb2.AllocateDevicesRequest.SerializeToString,
+                response_deserializer=runtimekit_dot_v1_dot_service__pb2.AllocateDevicesResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -140,6 +150,23 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopology(self, request, context):
+        """The node's topology: each device's and RDMA NIC's place and the distance of every pair.
+        UNAVAILABLE before the first discovery.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AllocateDevices(self, request, context):
+        """Choose the best-connected devices for a request: the least total pairwise distance, and among
+        equals the set that leaves the remaining devices' groups most whole; with with_nics, each chosen
+        device's nearest free RDMA NIC. Chooses only: it reserves nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +209,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.WatchHealth,
                     request_deserializer=runtimekit_dot_v1_dot_service__pb2.WatchHealthRequest.FromString,
                     response_serializer=runtimekit_dot_v1_dot_service__pb2.WatchHealthResponse.SerializeToString,
+            ),
+            'GetTopology': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopology,
+                    request_deserializer=runtimekit_dot_v1_dot_service__pb2.GetTopologyRequest.FromString,
+                    response_serializer=runtimekit_dot_v1_dot_service__pb2.GetTopologyResponse.SerializeToString,
+            ),
+            'AllocateDevices': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocateDevices,
+                    request_deserializer=runtimekit_dot_v1_dot_service__pb2.AllocateDevicesRequest.FromString,
+                    response_serializer=runtimekit_dot_v1_dot_service__pb2.AllocateDevicesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +438,60 @@ class AgentService:
             '/runtimekit.v1.AgentService/WatchHealth',
             runtimekit_dot_v1_dot_service__pb2.WatchHealthRequest.SerializeToString,
             runtimekit_dot_v1_dot_service__pb2.WatchHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtimekit.v1.AgentService/GetTopology',
+            runtimekit_dot_v1_dot_service__pb2.GetTopologyRequest.SerializeToString,
+            runtimekit_dot_v1_dot_service__pb2.GetTopologyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocateDevices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtimekit.v1.AgentService/AllocateDevices',
+            runtimekit_dot_v1_dot_service__pb2.AllocateDevicesRequest.SerializeToString,
+            runtimekit_dot_v1_dot_service__pb2.AllocateDevicesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,20 +35,22 @@ class DeviceRef(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., vendor: _Optional[str] = ..., uuid: _Optional[str] = ..., index: _Optional[int] = ..., pci_address: _Optional[str] = ...) -> None: ...
 
 class Partition(_message.Message):
-    __slots__ = ("gpu_instance_id", "compute_instance_id", "uuid", "profile_id", "placement_start", "placement_size")
+    __slots__ = ("gpu_instance_id", "compute_instance_id", "uuid", "profile_id", "placement_start", "placement_size", "profile")
     GPU_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_START_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     gpu_instance_id: int
     compute_instance_id: int
     uuid: str
     profile_id: int
     placement_start: int
     placement_size: int
-    def __init__(self, gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., uuid: _Optional[str] = ..., profile_id: _Optional[int] = ..., placement_start: _Optional[int] = ..., placement_size: _Optional[int] = ...) -> None: ...
+    profile: str
+    def __init__(self, gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., uuid: _Optional[str] = ..., profile_id: _Optional[int] = ..., placement_start: _Optional[int] = ..., placement_size: _Optional[int] = ..., profile: _Optional[str] = ...) -> None: ...
 
 class Owner(_message.Message):
     __slots__ = ("pod_uid", "container", "owner_id")
