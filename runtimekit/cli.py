@@ -20,6 +20,7 @@ from runtimekit import __version__
 from runtimekit import config as config_module
 from runtimekit._compat import UnsupportedVersion, check_versions
 from runtimekit.slicer.journal import Journal, JournalError
+from runtimekit.state.topology import Topology
 from runtimekit.state_dir import check_state_dir, lock_state_dir
 
 EXIT_USAGE = 2
@@ -115,10 +116,25 @@ def parser() -> argparse.ArgumentParser:
     from runtimekit.kube.remediation.cli import add_remediate_parser
 
     add_remediate_parser(commands)
+    from runtimekit.kube.deviceplugin.cli import add_device_plugin_parser
+
+    add_device_plugin_parser(commands)
     from runtimekit.cli_slice import add_parsers as add_api_parsers  # slice, device, node: runtimekit.v1's client
 
     add_api_parsers(commands)
+    from runtimekit.cli_topo import add_topo_parser  # topo: runtimekit.v1's client; topo allocate: offline
+
+    add_topo_parser(commands, _scenario_topology)
     return root
+
+
+def _scenario_topology(name: str) -> Topology:
+    """A scenario's topology without an agent (``runtimekit topo allocate``): only this module may
+    import the simulator."""
+    from runtimekit import sim
+    from runtimekit.topology.offline import topology_from_scenario
+
+    return topology_from_scenario(sim.load_scenario(name))
 
 
 def _run_serve(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ import logging
 import sys
 import time
 
-EXIT_USAGE = 2
+from runtimekit.kube.cli_common import EXIT_USAGE, fail
+
 EXIT_FAILURE = 1
 
 
@@ -32,11 +33,6 @@ def add_remediate_parser(commands: argparse._SubParsersAction) -> None:
     reset.add_argument("--db", metavar="PATH", required=True, help="the remediation journal (db_path); must exist")
     reset.set_defaults(handler=run_reset_breaker)
 
-
-def _fail(code: int, message: str) -> int:
-    prefix = "runtimekit: error: " if code == EXIT_USAGE else "runtimekit: "
-    print(prefix + message, file=sys.stderr)
-    return code
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -54,20 +50,20 @@ def run_serve(args: argparse.Namespace) -> int:
         config = load(args.config)
         app = make_app(config)
     except ConfigError as error:
-        return _fail(EXIT_USAGE, str(error))
+        return fail(EXIT_USAGE, str(error))
     except JournalLocked as error:
-        return _fail(EXIT_FAILURE, f"db_path: {error}")
+        return fail(EXIT_FAILURE, f"db_path: {error}")
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     host, port = parse_listen(config.listen)
     try:
         asyncio.run(serve_app(app, host, port, config.listener))
     except OSError as error:  # the port is taken, say
-        return _fail(EXIT_FAILURE, f"cannot serve on {config.listen}: {error.strerror or error}")
+        return fail(EXIT_FAILURE, f"cannot serve on {config.listen}: {error.strerror or error}")
     except JournalLocked as error:  # taken by another process since it was checked
-        return _fail(EXIT_FAILURE, f"db_path: {error}")
+        return fail(EXIT_FAILURE, f"db_path: {error}")
     except (JournalError, sqlite3.Error) as error:  # opened at start-up: replaced or broken since checked
-        return _fail(EXIT_FAILURE, f"db_path: cannot use the journal {config.db_path}: {error}")
+        return fail(EXIT_FAILURE, f"db_path: cannot use the journal {config.db_path}: {error}")
     return 0
 
 
@@ -79,11 +75,11 @@ def run_reset_breaker(args: argparse.Namespace) -> int:
     try:
         was_open = reset_breaker(args.db, time.time())
     except JournalLocked as error:
-        return _fail(EXIT_FAILURE, f"cannot reset the breaker: {error}")
+        return fail(EXIT_FAILURE, f"cannot reset the breaker: {error}")
     except JournalError as error:
-        return _fail(EXIT_USAGE, f"--db: {error}")
+        return fail(EXIT_USAGE, f"--db: {error}")
     except sqlite3.Error as error:  # locked by a long transaction, say: nothing was changed
-        return _fail(EXIT_FAILURE, f"cannot reset the breaker in {args.db}: {error}")
+        return fail(EXIT_FAILURE, f"cannot reset the breaker in {args.db}: {error}")
     print("circuit breaker closed" if was_open else "circuit breaker was not open")
     return 0
 

@@ -1,0 +1,14 @@
+"""What the container layer's command lines share: the usage exit code and the one-line failure."""
+
+from __future__ import annotations
+
+import sys
+
+EXIT_USAGE = 2  # bad input: a flag, a configuration key, a file
+
+
+def fail(code: int, message: str) -> int:
+    """Print ``message`` as one line on stderr ("runtimekit: error: …" for bad input) and return ``code``."""
+    prefix = "runtimekit: error: " if code == EXIT_USAGE else "runtimekit: "
+    print(prefix + message, file=sys.stderr)
+    return code

@@ -1,0 +1,95 @@
+"""Configuration of ``runtimekit device-plugin serve``: one YAML file, every key declared once.
+
+Same rules (``runtimekit.schema``) as the agent's configuration: an unknown key, a wrong type or a
+value out of range raises ``ConfigError`` naming the key and the rule; the command prints it as one
+line and exits 2. docs/deviceplugin.md lists every key with an example file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, setting
+
+from .names import mig_resource, resource_name_problem
+
+#: The kubelet's registration socket (k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket).
+KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
+#: The agent's API socket when its state directory is the default one (docs/api.md).
+AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
+
+
+def _absolute(value: str) -> str | None:
+    return None if os.path.isabs(value) else "must be an absolute path"
+
+
+def _mig_prefix(value: str) -> str | None:
+    # Checked with a typical profile appended: the prefix plus a profile must be a resource name.
+    problem = resource_name_problem(mig_resource(value, "1g.10gb"))
+    return None if problem is None else f"with a profile appended ({value}1g.10gb) the resource name {problem}"
+
+
+def _cdi_kind(value: str) -> str | None:
+    problem = resource_name_problem(value)  # a CDI kind is "vendor/class": the same shape
+    return None if problem is None else f"a CDI kind is vendor/class: {problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePluginConfig:
+    """Validated configuration of the device plugin (all sockets are unix socket paths)."""
+
+    agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", _absolute)
+    kubelet_socket: str = setting(KUBELET_SOCKET, "the kubelet's device-plugin registration socket", _absolute)
+    plugin_dir: str | None = setting(
+        None, "where the plugin's own sockets are made (None: the kubelet socket's directory, as the kubelet "
+        "requires: it joins RegisterRequest.endpoint to its own device-plugins directory)", _absolute,
+    )
+    resource_name: str = setting("nvidia.com/gpu", "the extended resource of whole GPUs", resource_name_problem)
+    mig_prefix: str = setting(
+        "nvidia.com/mig-", "MIG devices are advertised as PREFIX + profile, one resource per profile "
+        "(NVIDIA's mixed strategy: nvidia.com/mig-3g.40gb)", _mig_prefix,
+    )
+    mig: bool = setting(True, "advertise existing MIG devices (false: whole GPUs only)")
+    visible_devices_env: bool = setting(
+        True, "Allocate sets NVIDIA_VISIBLE_DEVICES to the devices' UUIDs (the NVIDIA container runtime reads it)"
+    )
+    cdi: bool = setting(True, "Allocate names the devices as CDI devices (CDI_KIND=UUID) in cdi_devices")
+    cdi_kind: str = setting("nvidia.com/gpu", "the CDI kind of the devices' names (nvidia-ctk cdi generate's)",
+                            _cdi_kind)
+    with_nics: bool = setting(
+        True, "Allocate asks the agent for the RDMA NICs nearest the GPUs and passes their device nodes in"
+    )
+    agent_timeout_seconds: float = setting(
+        2.0, "deadline of one call to the agent; GetPreferredAllocation falls back when it passes", between(0.05, 60)
+    )
+    health_poll_seconds: float = setting(
+        5.0, "how often the devices are read again (GetNode), and the wait before the health stream "
+        "(WatchHealth) is opened again after it broke", between(0.05, 3600),
+    )
+    kubelet_poll_seconds: float = setting(
+        1.0, "how often the kubelet socket is checked for a restart (re-created: register again)", between(0.05, 60)
+    )
+    log_level: str = setting("info", "logging threshold", allowed=("debug", "info", "warning", "error"))
+
+    @property
+    def socket_dir(self) -> str:
+        """The directory of the plugin's sockets: ``plugin_dir``, else the kubelet socket's."""
+        return self.plugin_dir or os.path.dirname(self.kubelet_socket)
+
+
+SCHEMA: dict[str, Key] = schema_of(DevicePluginConfig)
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> DevicePluginConfig:
+    """Read the YAML file (if any), apply overrides (dotted keys), validate; ConfigError names the key."""
+    values = resolve(SCHEMA, path, overrides)
+    if not values["visible_devices_env"] and not values["cdi"]:
+        raise ConfigError("cdi: set it or visible_devices_env; with neither a container would get no device")
+    if values["mig_prefix"] == values["resource_name"]:
+        raise ConfigError("mig_prefix: must differ from resource_name")
+    config: DevicePluginConfig = build(DevicePluginConfig, values)
+    return config

@@ -1,0 +1,53 @@
+"""The kubelet's side the plugin calls: Registration.Register on the kubelet's socket.
+
+Constants from k8s.io/kubelet pkg/apis/deviceplugin/v1beta1/constants.go: the API ``VERSION``
+("v1beta1"); the default socket is in ``config.KUBELET_SOCKET``. The kubelet, once Register
+answers, dials ``DIR/endpoint`` (its own device-plugins directory) and calls
+GetDevicePluginOptions, then ListAndWatch. A kubelet that restarts deletes the sockets in that
+directory and makes its own again: ``file_identity`` tells a socket made again from the old one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable
+from typing import Protocol
+
+import grpc.aio
+
+from runtimekit._proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from runtimekit.grpc_unix import UnixRpcClient
+
+VERSION = "v1beta1"
+
+
+class _RegistrationStub(Protocol):
+    def Register(self, request: api_pb2.RegisterRequest, *, timeout: float) -> Awaitable[api_pb2.Empty]: ...
+
+
+class KubeletRegistration(UnixRpcClient[_RegistrationStub]):
+    """``v1beta1.Registration`` on the kubelet's socket: UnixRpcUnavailable when no kubelet
+    answers, UnixRpcError when it refuses (a version it does not serve, a resource taken)."""
+
+    source = "kubelet registration"
+
+    def _make_stub(self, channel: grpc.aio.Channel) -> _RegistrationStub:
+        return api_pb2_grpc.RegistrationStub(channel)
+
+    async def register(self, endpoint: str, resource: str) -> None:
+        """Register ``resource`` served on ``endpoint`` (a file name in the kubelet's directory)."""
+        request = api_pb2.RegisterRequest(
+            version=VERSION, endpoint=endpoint, resource_name=resource,
+            options=api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
+        )
+        await self._call("Register", lambda stub, timeout: stub.Register(request, timeout=timeout))
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(inode, change time in ns) of the file at ``path``, None when there is none: a file made
+    again differs (a new inode, or at least a new change time)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_ino, status.st_ctime_ns

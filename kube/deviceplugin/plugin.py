@@ -1,0 +1,102 @@
+"""The device plugin service (deviceplugin v1beta1 ``DevicePlugin``) of one resource, on its own socket.
+
+The servicer only translates: the devices come from ``DeviceWatch``, the choices from
+``Allocator``. Every ListAndWatch stream sends the resource's devices at once, then the whole
+list again after every change of an ID or a health (and nothing when a change elsewhere left this
+resource as it was). Allocate refuses an ID this plugin does not advertise (INVALID_ARGUMENT,
+naming the field), as the kubelet only hands out advertised IDs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+
+from runtimekit._proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from runtimekit.grpc_unix import UnixGrpcServer
+
+from .allocation import Allocator
+from .kubelet import file_identity
+from .watch import DeviceWatch
+
+log = logging.getLogger(__name__)
+
+
+class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
+    """``v1beta1.DevicePlugin`` for ``resource``."""
+
+    def __init__(self, resource: str, watch: DeviceWatch, allocator: Allocator) -> None:
+        self.resource = resource
+        self.watch = watch
+        self.allocator = allocator
+
+    def devices(self) -> list[api_pb2.Device]:
+        return [api_pb2.Device(ID=unit.id, health=unit.health) for unit in self.watch.units
+                if unit.resource == self.resource]
+
+    async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
+                                     ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    async def ListAndWatch(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
+                           ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        sent: list[api_pb2.Device] | None = None
+        version = -1  # never a real version: the first list goes out at once
+        while True:
+            version = self.watch.version if version == -1 else await self.watch.wait_newer(version)
+            devices = self.devices()
+            if devices != sent:
+                log.debug("ListAndWatch %s: %s", self.resource, ", ".join(f"{d.ID} {d.health}" for d in devices))
+                yield api_pb2.ListAndWatchResponse(devices=devices)
+                sent = devices
+
+    async def GetPreferredAllocation(self, request: api_pb2.PreferredAllocationRequest,
+                                     context: grpc.aio.ServicerContext) -> api_pb2.PreferredAllocationResponse:
+        response = api_pb2.PreferredAllocationResponse()
+        for container in request.container_requests:
+            chosen = await self.allocator.preferred(self.resource, list(container.available_deviceIDs),
+                                                    list(container.must_include_deviceIDs), container.allocation_size)
+            response.container_responses.add(deviceIDs=chosen)
+        return response
+
+    async def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
+                       ) -> api_pb2.AllocateResponse:
+        known = {device.ID for device in self.devices()}
+        response = api_pb2.AllocateResponse()
+        for number, container in enumerate(request.container_requests):
+            unknown = [device for device in container.devices_ids if device not in known]
+            if unknown:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"container_requests[{number}].devices_ids: not a device of {self.resource}: "
+                                    f"{', '.join(unknown)}")
+            response.container_responses.append(
+                await self.allocator.container(self.resource, list(container.devices_ids)))
+        return response
+
+    async def PreStartContainer(self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext
+                                ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()  # not asked for (pre_start_required is false)
+
+
+class PluginServer(UnixGrpcServer):
+    """One resource's plugin socket ``DIR/runtimekit-<resource>.sock``; ``present()`` says whether
+    the socket this server made is still there (a restarting kubelet deletes it)."""
+
+    def __init__(self, socket_path: str, servicer: DevicePluginServicer) -> None:
+        super().__init__(socket_path)
+        self.servicer = servicer
+        self._made: tuple[int, int] | None = None  # (inode, ctime ns) of the socket made
+
+    def _add_servicers(self, server: grpc.aio.Server) -> None:
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+
+    async def start(self) -> None:
+        await super().start()
+        self._made = file_identity(self.socket_path)
+
+    def present(self) -> bool:
+        return self.running and self._made is not None and file_identity(self.socket_path) == self._made
+
