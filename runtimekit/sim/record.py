@@ -36,6 +36,7 @@ from runtimekit.state.refs import PciAddress
 
 from .record_mig import read_mig
 from .record_pcie import record_switches
+from .record_yaml import Dumper, Flow, FlowList, Hex, Q
 from .scenario import ARCHITECTURES, ScenarioError, parse_scenario
 
 __all__ = ["record_scenario", "PLACEHOLDER_SWITCH", "UNKNOWN_SWITCH"]
@@ -51,32 +52,6 @@ _LINK_GBPS = {1: 20, 2: 25, 3: 25, 4: 25, 5: 50, 6: 100}
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-class _Hex(int):
-    """An int written as 0x233010DE (PCI ids), as in the built-in scenarios."""
-
-
-class _Q(str):
-    """A string written double-quoted (bus ids, versions, serials), as in the built-in scenarios."""
-
-
-class _Flow(dict):
-    """A mapping written on one line: {sm: 1980, memory: 2619}."""
-
-
-class _FlowList(list):
-    """A list written on one line: [0, 0, 1]."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_Hex, lambda d, v: d.represent_scalar("tag:yaml.org,2002:int", f"0x{int(v):08X}"))
-_Dumper.add_representer(_Q, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style='"'))
-_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
-_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
-
-
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-") or "gpu"
 
@@ -89,13 +64,13 @@ def _or(value: Reading[Any], default: Any) -> Any:
 
 
 def _sys_numa_nodes(sys_root: Path) -> list[dict[str, Any]]:
-    return [_Flow(id=n.id, cpus=_Q(n.cpus)) for n in numa_nodes(sys_root)]
+    return [Flow(id=n.id, cpus=Q(n.cpus)) for n in numa_nodes(sys_root)]
 
 
 def _sys_nics(sys_root: Path, numa_ids: set[int]) -> list[dict[str, Any]]:
     """RDMA NICs as scenario entries; a NIC with no NUMA node (or an unknown one) goes on the lowest."""
     return [
-        _Flow(name=n.name, pci_bus_id=_Q(_nvml_bus_id(n.pci_bus_id)),
+        Flow(name=n.name, pci_bus_id=Q(_nvml_bus_id(n.pci_bus_id)),
               numa_node=n.numa_node if n.numa_node in numa_ids else min(numa_ids),
               pcie_switch=PLACEHOLDER_SWITCH, rate_gbps=n.rate_gbps)
         for n in rdma_nics(sys_root)
@@ -182,21 +157,21 @@ def _model(gpu: GpuSnapshot, topo: GpuTopology, key: str, notes: _Notes) -> dict
     return {
         "name": _or(ident.name, key),
         "architecture": ident.architecture,
-        "compute_capability": _FlowList([int(cc[0]), int(cc[1])]),
-        "pci_device_id": _Hex(_or(topo.pci_device_id, 0)),
-        "pci_subsystem_id": _Hex(_or(topo.pci_subsystem_id, 0)),
-        "vbios_version": _Q(_or(ident.vbios_version, "")),
-        "board_part_number": _Q(_or(ident.board_part_number, "")),
+        "compute_capability": FlowList([int(cc[0]), int(cc[1])]),
+        "pci_device_id": Hex(_or(topo.pci_device_id, 0)),
+        "pci_subsystem_id": Hex(_or(topo.pci_subsystem_id, 0)),
+        "vbios_version": Q(_or(ident.vbios_version, "")),
+        "board_part_number": Q(_or(ident.board_part_number, "")),
         "memory_total_mib": int(memory_total) // MiB,
         "memory_reserved_mib": int(_or(gpu.memory.reserved_bytes, 0)) // MiB,
         "bar1_total_mib": max(1, int(_or(limits.bar1_total_bytes, MiB)) // MiB),
         "power_limit_w": limit_w,
         "power_idle_w": 0,  # filled in by _idle_facts
-        "clocks_max_mhz": _Flow(clocks_max),
+        "clocks_max_mhz": Flow(clocks_max),
         "clocks_idle_mhz": {},  # filled in by _idle_facts
-        "temperature_thresholds_c": _Flow({k: int(round(_or(v, 0))) for k, v in thresholds.items()}),
-        "pcie": _Flow(generation=int(_or(limits.pcie_max_generation, 4)), width=int(_or(limits.pcie_max_width, 16))),
-        "nvlink": _Flow(version=generation, links=links, link_gbps=_LINK_GBPS.get(generation, 25) if links else 0),
+        "temperature_thresholds_c": Flow({k: int(round(_or(v, 0))) for k, v in thresholds.items()}),
+        "pcie": Flow(generation=int(_or(limits.pcie_max_generation, 4)), width=int(_or(limits.pcie_max_width, 16))),
+        "nvlink": Flow(version=generation, links=links, link_gbps=_LINK_GBPS.get(generation, 25) if links else 0),
         "mig_capable": gpu.modes is not None and is_available(gpu.modes.mig_mode_current),
         "fan": gpu.thermal is not None and is_available(gpu.thermal.fan_speed_ratio),
         "retired_pages": gpu.retired_pages is not None and is_available(gpu.retired_pages.single_bit_ecc),
@@ -216,7 +191,7 @@ def _idle_facts(model: dict[str, Any], key: str, gpus: list[GpuSnapshot], notes:
         if not (is_available(draw) and is_available(sm) and is_available(memory) and is_available(graphics)):
             continue
         model["power_idle_w"] = min(limit_w - 1, max(1, int(round(draw))))
-        model["clocks_idle_mhz"] = _Flow(
+        model["clocks_idle_mhz"] = Flow(
             sm=int(round(sm / 1e6)),
             memory=int(round(memory / 1e6)),
             graphics=int(round(graphics / 1e6)),
@@ -224,7 +199,7 @@ def _idle_facts(model: dict[str, Any], key: str, gpus: list[GpuSnapshot], notes:
         notes.estimate(f"models.{key}.power_idle_w, clocks_idle_mhz: read from idle GPU {gpu.index} while recording")
         return
     model["power_idle_w"] = max(1, limit_w // 10)
-    model["clocks_idle_mhz"] = _Flow({k: max(1, v // 5) if k != "memory" else v for k, v in clocks_max.items()})
+    model["clocks_idle_mhz"] = Flow({k: max(1, v // 5) if k != "memory" else v for k, v in clocks_max.items()})
     notes.estimate(
         f"models.{key}.power_idle_w, clocks_idle_mhz: no GPU of the model was idle; 10 % of the limit, "
         "a fifth of the max SM/graphics clock"
@@ -243,9 +218,9 @@ def _numa_nodes(
             derived.setdefault(int(t.numa_node), set()).update(t.cpu_affinity)
     if derived:
         notes.estimate("node.numa_nodes: no NUMA nodes in sysfs; derived from the GPUs' NUMA node and CPU affinity")
-        return [_Flow(id=i, cpus=_Q(format_cpulist(cpus))) for i, cpus in sorted(derived.items())]
+        return [Flow(id=i, cpus=Q(format_cpulist(cpus))) for i, cpus in sorted(derived.items())]
     notes.placeholder("node.numa_nodes: neither sysfs nor NVML gave a NUMA layout (one node, CPU 0)")
-    return [_Flow(id=0, cpus=_Q("0"))]
+    return [Flow(id=0, cpus=Q("0"))]
 
 
 def _gpu_numa(topo: GpuTopology, numa: list[dict[str, Any]]) -> int:
@@ -351,14 +326,14 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
                 f"cannot record: GPU {gpu.index} has {len(nvlinks)} NVLinks, the first {key} had "
                 f"{models[key]['nvlink']['links']}"
             )
-        gpus.append(_Flow(
+        gpus.append(Flow(
             index=gpu.index,
             model=key,
             uuid=gpu.uuid,
-            serial=_Q(_or(gpu.identity.serial, "")),
-            pci_bus_id=_Q(_nvml_bus_id(gpu.identity.pci_bus_id)),
+            serial=Q(_or(gpu.identity.serial, "")),
+            pci_bus_id=Q(_nvml_bus_id(gpu.identity.pci_bus_id)),
             numa_node=_gpu_numa(topo, numa),
-            cpu_affinity=_Q(affinity),
+            cpu_affinity=Q(affinity),
             pcie_switch=PLACEHOLDER_SWITCH,
             nics=[],
             nvlinks=nvlinks,
@@ -389,19 +364,19 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
         "x-recorded": {
             "by": "runtimekit sim record",
             "at": recorded_at,
-            "driver": _Q(driver_version),
+            "driver": Q(driver_version),
             "placeholders": notes.placeholders,
             "estimates": notes.estimates,
         },
         "driver": {
-            "version": _Q(driver_version),
+            "version": Q(driver_version),
             "cuda_version": _cuda_version(driver.cuda_driver_version),
-            "nvml_version": _Q(_or(driver.nvml_version, "unknown")),
+            "nvml_version": Q(_or(driver.nvml_version, "unknown")),
         },
         "models": models,
         "node": {"sockets": sockets or 1, "numa_nodes": numa},
-        "nvswitches": [_Flow(id=i, pci_bus_id=_Q(b if b == UNKNOWN_SWITCH else _nvml_bus_id(b))) for i, b in enumerate(switches)],
-        "pcie_switches": [_Flow(**{k: _Q(v) for k, v in e.items()}) for e in pcie_switches],
+        "nvswitches": [Flow(id=i, pci_bus_id=Q(b if b == UNKNOWN_SWITCH else _nvml_bus_id(b))) for i, b in enumerate(switches)],
+        "pcie_switches": [Flow(**{k: Q(v) for k, v in e.items()}) for e in pcie_switches],
         "nics": nics,
         "gpus": gpus,
         "load": {"profile": "training"},
@@ -415,7 +390,7 @@ def record_scenario(name: str = "recorded", *, sys_root: str = DEFAULT_SYS_ROOT)
         f"(NVML {data['driver']['nvml_version']}).\n"
         "# Placeholders (facts NVML cannot give) and estimates are listed under x-recorded.\n"
     )
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100_000, default_flow_style=False)
+    body = yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100_000, default_flow_style=False)
     return header + body
 
 

@@ -24,6 +24,8 @@ sys.path.insert(0, str(HERE))
 
 from golden_render import CASES, render  # noqa: E402
 
+from runtimekit import sim  # noqa: E402
+
 SCENARIOS = tuple(CASES)  # every sim.list_scenarios() scenario, plus degraded variants
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
@@ -80,7 +82,8 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     assert "runtimekit_last_sample_timestamp_seconds 1.7500003e+09\n" in text  # SAMPLED_AT
     assert "runtimekit_attribution_last_refresh_timestamp_seconds 1.7500003e+09\n" in text
     assert "_age_seconds" not in text  # timestamps, never ages: a cached exposition stays true
-    assert "runtimekit_gpus 8.0" in text
+    gpus = len(sim.load_scenario(CASES[scenario][0]).gpus)
+    assert f"runtimekit_gpus {gpus:.1f}" in text
     assert 'runtimekit_gpu_xid_errors_total{gpu="1",' in text and 'xid="13"} 1.0' in text
     assert "runtimekit_collector_success{collector=" in text and 'runtimekit_collector_success{collector="self"} 1.0' in text
     assert 'runtimekit_collector_duration_seconds{collector="self"} 0.0\n' in text  # the pinned timer
@@ -98,7 +101,7 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     assert "runtimekit_health_evaluation_seconds 0.0\n" in text
     assert 'runtimekit_exposition_renders_total{trigger="scrape"} 1.0\n' in text
     lost = {"dgx-h100-xid-79": {5}}.get(scenario, set())
-    for gpu in range(8):
+    for gpu in range(gpus):
         assert f'runtimekit_gpu_lost{{gpu="{gpu}",' in text
         assert (f'runtimekit_gpu_power_draw_watts{{gpu="{gpu}",' in text) is (gpu not in lost)
         health = "unhealthy" if gpu in lost else "healthy"
@@ -109,7 +112,9 @@ def test_golden_file_shows_the_pinned_conditions(scenario):
     assert f'runtimekit_node_health{{state="{node}"}} 1.0' in text
     # MIG: dgx-a100 starts GPUs 0 and 1 in MIG mode (healthy, as above); dgx-a100-mig has instances on GPU 0.
     mig = CASES[scenario][0] == "dgx-a100"
-    assert re.search(rf'runtimekit_gpu_mig_mode\{{gpu="0",state="current",uuid="[^"]+"\}} {1.0 if mig else 0.0}\n', text)
+    mig_capable = all(gpu.model.mig_capable for gpu in sim.load_scenario(CASES[scenario][0]).gpus)
+    mode = re.search(r'runtimekit_gpu_mig_mode\{gpu="0",state="current",uuid="[^"]+"\} (\S+)\n', text)
+    assert (mode.group(1) if mode else None) == ({True: "1.0", False: "0.0"}[mig] if mig_capable else None)
     assert ('runtimekit_gpu_mig_devices{gpu="1",' in text) is mig
     if scenario == "dgx-a100-mig":
         assert re.search(r'runtimekit_gpu_mig_device_info\{compute_instance="0",gpu="0",gpu_instance="1",mig_uuid="MIG-[^"]+",'
