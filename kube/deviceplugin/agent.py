@@ -1,6 +1,6 @@
 """The plugin's only way to the node agent: runtimekit.v1 over the agent's unix socket.
 
-Unary calls (GetNode, AllocateDevices) go through ``runtimekit.grpc_unix.UnixRpcClient``: a
+Unary calls (GetNode, ListSlices, GetTopology, AllocateDevices) go through ``runtimekit.grpc_unix.UnixRpcClient``: a
 deadline on every call (``agent_timeout_seconds``) and one error mapping, ``AgentUnavailable``
 when nothing answered (no socket, UNAVAILABLE, the deadline) and ``AgentError`` when the agent
 answered with another status. The health stream (WatchHealth) has a channel of its own that
@@ -16,7 +16,7 @@ from typing import Protocol
 import grpc
 import grpc.aio
 
-from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, service_pb2_grpc
+from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, service_pb2_grpc, slice_pb2
 from runtimekit.grpc_unix import UnixRpcClient, UnixRpcError, UnixRpcUnavailable, unix_channel
 
 
@@ -49,6 +49,12 @@ class _AgentStub(Protocol):
 
     def GetNode(self, request: service_pb2.GetNodeRequest, *, timeout: float) -> Awaitable[service_pb2.GetNodeResponse]: ...
 
+    def ListSlices(self, request: service_pb2.ListSlicesRequest, *, timeout: float
+                   ) -> Awaitable[service_pb2.ListSlicesResponse]: ...
+
+    def GetTopology(self, request: service_pb2.GetTopologyRequest, *, timeout: float
+                    ) -> Awaitable[service_pb2.GetTopologyResponse]: ...
+
     def AllocateDevices(
         self, request: service_pb2.AllocateDevicesRequest, *, timeout: float
     ) -> Awaitable[service_pb2.AllocateDevicesResponse]: ...
@@ -71,6 +77,21 @@ class AgentClient(UnixRpcClient[_AgentStub]):
         )
         node: node_pb2.Node = response.node
         return node
+
+    async def list_slices(self) -> list[slice_pb2.Slice]:
+        """Every slice of the node (ListSlices; UNAVAILABLE when the agent's slicer is disabled)."""
+        response: service_pb2.ListSlicesResponse = await self._call(
+            "ListSlices", lambda stub, timeout: stub.ListSlices(service_pb2.ListSlicesRequest(), timeout=timeout)
+        )
+        return list(response.slices)
+
+    async def get_topology(self) -> node_pb2.Topology:
+        """Where each device and NIC sits (GetTopology; UNAVAILABLE before the agent's first discovery)."""
+        response: service_pb2.GetTopologyResponse = await self._call(
+            "GetTopology", lambda stub, timeout: stub.GetTopology(service_pb2.GetTopologyRequest(), timeout=timeout)
+        )
+        topology: node_pb2.Topology = response.topology
+        return topology
 
     async def allocate(self, count: int, candidates: Sequence[str], required: Sequence[str], with_nics: bool) -> Choice:
         """The agent's best ``count`` devices among ``candidates`` (UUIDs), ``required`` included,

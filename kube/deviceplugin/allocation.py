@@ -8,9 +8,11 @@
   preference is ``fallback``.
 - **Allocate** (``Allocator.container``): the devices' UUIDs in ``NVIDIA_VISIBLE_DEVICES`` and/or
   as CDI names (``cdi_kind=UUID``, nvidia-ctk's uuid device names); with ``with_nics``, the agent
-  pairs each whole GPU with its nearest RDMA NIC and the container gets those NICs' device nodes
-  (``/dev/infiniband/uverbsN``), ``/dev/infiniband/rdma_cm``, and ``NCCL_IB_HCA`` naming exactly
-  those NICs. If the agent cannot pair NICs the container starts without them (logged).
+  pairs each whole GPU with its nearest RDMA NIC and the container gets exactly the device nodes
+  the agent names for those NICs (``Nic.device_nodes``: ``/dev/infiniband/uverbsN``, and
+  ``/dev/infiniband/rdma_cm`` only where the host has it; a node the host lacks would make the
+  runtime fail to create the container), each once, and ``NCCL_IB_HCA`` naming exactly those
+  NICs. If the agent cannot pair NICs the container starts without them (logged).
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ log = logging.getLogger(__name__)
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"  # read by the NVIDIA container runtime
 #: NCCL's RDMA device list; the "=" prefix means exactly these (NCCL environment variables docs).
 NCCL_IB_HCA = "NCCL_IB_HCA"
-#: The RDMA connection manager's device, shared by every NIC (rdma_ucm module).
-RDMA_CM = "/dev/infiniband/rdma_cm"
 
 
 def fallback(available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
@@ -66,7 +66,6 @@ def container_response(devices: Sequence[str], nics: Sequence[Nic], config: Devi
         response.cdi_devices.extend(api_pb2.CDIDevice(name=f"{config.cdi_kind}={device}") for device in devices)
     nodes = list(dict.fromkeys(node for nic in nics for node in nic.device_nodes))
     if nodes:
-        nodes.append(RDMA_CM)
         response.devices.extend(api_pb2.DeviceSpec(container_path=node, host_path=node, permissions="rw")
                                 for node in nodes)
         response.envs[NCCL_IB_HCA] = "=" + ",".join(dict.fromkeys(nic.name for nic in nics))

@@ -2,7 +2,7 @@
 
 Exit codes, as for ``runtimekit``: 0 stopped by SIGTERM or SIGINT; 2 a configuration mistake (a
 bad key, a flag), one line on stderr naming the key and the rule; 1 a failure at run time (a
-plugin socket that cannot be made). Never a traceback for any of these.
+plugin socket that could not be made, tried again with backoff: service.START_ATTEMPTS times). Never a traceback for any of these.
 
 This module imports only the standard library at import time: ``runtimekit.cli`` builds its
 parser from here, and the agent's command line must not load grpc for it.
@@ -39,7 +39,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from runtimekit.schema import ConfigError
 
     from .config import load
-    from .service import DevicePluginService
+    from .service import DevicePluginService, PluginSocketError
 
     overrides = {"agent_socket": args.agent_socket, "kubelet_socket": args.kubelet_socket, "log_level": args.log_level}
     try:
@@ -62,7 +62,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve())
-    except OSError as error:  # a plugin socket that cannot be made (directory not writable, a file in the way)
+    except PluginSocketError as error:  # a plugin socket that could not be made, tries and backoff spent
         return fail(EXIT_FAILURE, f"cannot serve the device plugin in {config.socket_dir}: {error}")
     return 0
 

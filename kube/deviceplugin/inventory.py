@@ -1,12 +1,20 @@
 """What the plugin advertises: the node's schedulable devices, per resource, with their health.
 
 Pure: from the agent's ``runtimekit.v1`` messages (``Node`` from GetNode, ``NodeHealth`` from
-WatchHealth) to ``Unit`` rows. One policy, applied here only:
+WatchHealth, the ``Slice`` list from ListSlices, each card's NUMA node from GetTopology) to
+``Unit`` rows. One policy, applied here only:
 
 - **Which devices.** A whole GPU whose mode is not "mig" is one device of ``resource_name``. A
   GPU in MIG mode is not advertised whole; each of its existing MIG devices (GetNode's
   ``Device.partitions``) is one device of ``mig_prefix + profile`` (NVIDIA's "mixed" strategy).
   The device ID is the UUID ("GPU-…", "MIG-…": at most 41 characters, within the API's 63).
+- **Slices hold devices.** What a slice of the agent holds is never advertised, or the kubelet
+  could hand it to another pod: a card with slices (GetNode's ``Device.slice_ids``) is not
+  advertised whole, and a MIG device a slice is made of (ListSlices: ``Slice.partition``, by
+  card and GPU-instance id) is not advertised. (AllocateDevices' default set leaves out cards
+  with slices the same way.)
+- **NUMA node.** Every device carries its card's NUMA node (GetTopology's
+  ``DevicePlace.numa_node``), None when unknown: the kubelet's Topology Manager hint.
 - **Health.** A device is "Unhealthy" when its card is lost, or the health checker's verdict on
   its card says it is not schedulable (UNHEALTHY, or a fault whose policy forbids new work); a
   MIG device also when the verdict on the slice made of it is UNHEALTHY, or its card holds a
@@ -17,10 +25,10 @@ WatchHealth) to ``Unit`` rows. One policy, applied here only:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from runtimekit._proto.runtimekit.v1 import node_pb2
+from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
 
 from .config import DevicePluginConfig
 from .names import mig_resource
@@ -39,17 +47,23 @@ class Unit:
     healthy: bool
     card: str  # the UUID of the GPU it is on (its own for a whole GPU)
     reason: str = ""  # why it is unhealthy, in words ("" when healthy)
+    numa_node: int | None = None  # its card's NUMA node; None when unknown
 
     @property
     def health(self) -> str:
         return HEALTHY if self.healthy else UNHEALTHY
 
 
-def units(node: node_pb2.Node, health: node_pb2.NodeHealth, config: DevicePluginConfig) -> tuple[Unit, ...]:
-    """Every device to advertise, in the agent's device order (index), partitions by GPU-instance id."""
+def units(node: node_pb2.Node, health: node_pb2.NodeHealth, config: DevicePluginConfig,
+          slices: Iterable[slice_pb2.Slice] = (), numa: Mapping[str, int] | None = None) -> tuple[Unit, ...]:
+    """Every device to advertise, in the agent's device order (index), partitions by GPU-instance id.
+    ``slices``: the agent's slices (ListSlices; only those of cards with ``slice_ids`` matter);
+    ``numa``: each card's NUMA node by card UUID (GetTopology), a card absent when unknown."""
     verdicts = {entry.ref.uuid: entry.health for entry in health.devices}
-    slices = {(item.ref.uuid, item.partition_gpu_instance_id): item for item in health.slices
-              if item.HasField("partition_gpu_instance_id")}
+    slice_health = {(item.ref.uuid, item.partition_gpu_instance_id): item for item in health.slices
+                    if item.HasField("partition_gpu_instance_id")}
+    held = held_partitions(slices)
+    numa = numa or {}
     found: list[Unit] = []
     for device in sorted(node.devices, key=lambda device: device.ref.index):
         card = device.ref.uuid
@@ -57,17 +71,34 @@ def units(node: node_pb2.Node, health: node_pb2.NodeHealth, config: DevicePlugin
             continue  # the driver gave no UUID: nothing the kubelet could name
         problem = _card_problem(device, verdicts.get(card))
         if device.mode != "mig":
-            found.append(Unit(card, config.resource_name, not problem, card, problem))
+            if not device.slice_ids:  # a card with slices is held by them: never advertised whole
+                found.append(Unit(card, config.resource_name, not problem, card, problem, numa.get(card)))
             continue
         if not config.mig:
             continue
         for part in sorted(device.partitions, key=lambda part: part.gpu_instance_id):
             if not part.uuid or not part.profile:
                 continue  # being made or destroyed: not a device yet
-            reason = problem or _partition_problem(verdicts.get(card), slices.get((card, part.gpu_instance_id)),
+            if (card, part.gpu_instance_id) in held:
+                continue  # a slice is made of it
+            reason = problem or _partition_problem(verdicts.get(card), slice_health.get((card, part.gpu_instance_id)),
                                                    part.gpu_instance_id)
-            found.append(Unit(part.uuid, mig_resource(config.mig_prefix, part.profile), not reason, card, reason))
+            found.append(Unit(part.uuid, mig_resource(config.mig_prefix, part.profile), not reason, card, reason,
+                              numa.get(card)))
     return tuple(found)
+
+
+def held_partitions(slices: Iterable[slice_pb2.Slice]) -> frozenset[tuple[str, int]]:
+    """(card UUID, GPU-instance id) of every partition a slice is made of (a slice whose partition
+    is not made yet holds none)."""
+    return frozenset((item.device.uuid, item.partition.gpu_instance_id) for item in slices
+                     if item.HasField("partition"))
+
+
+def numa_nodes(topology: node_pb2.Topology) -> dict[str, int]:
+    """Each card's NUMA node by card UUID, from GetTopology (a card whose node is unknown is absent)."""
+    return {place.ref.uuid: place.numa_node for place in topology.devices
+            if place.ref.uuid and place.HasField("numa_node")}
 
 
 def by_resource(found: Iterable[Unit], resources: Iterable[str] = ()) -> dict[str, tuple[Unit, ...]]:

@@ -44,10 +44,14 @@ class KubeletRegistration(UnixRpcClient[_RegistrationStub]):
 
 
 def file_identity(path: str) -> tuple[int, int] | None:
-    """(inode, change time in ns) of the file at ``path``, None when there is none: a file made
-    again differs (a new inode, or at least a new change time)."""
+    """(device, inode) of the file at ``path`` (``st_dev``, ``st_ino``), None when there is none.
+
+    The file itself, not its metadata: a chmod, chown or SELinux relabel changes the change time
+    but not the identity. A file made again normally gets a new inode; a filesystem may reuse a
+    freed inode number, which this cannot see, but a restarting kubelet also deletes the plugin
+    sockets (they go missing, which ``None`` shows), so a restart is never missed."""
     try:
         status = os.stat(path)
     except OSError:
         return None
-    return status.st_ino, status.st_ctime_ns
+    return status.st_dev, status.st_ino

@@ -34,8 +34,10 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self.allocator = allocator
 
     def devices(self) -> list[api_pb2.Device]:
-        return [api_pb2.Device(ID=unit.id, health=unit.health) for unit in self.watch.units
-                if unit.resource == self.resource]
+        """The resource's devices as ListAndWatch sends them: ID, health and, when its card's NUMA
+        node is known, ``topology`` (the kubelet's Topology Manager aligns on it)."""
+        return [api_pb2.Device(ID=unit.id, health=unit.health, topology=_numa_topology(unit.numa_node))
+                for unit in self.watch.units if unit.resource == self.resource]
 
     async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                                      ) -> api_pb2.DevicePluginOptions:
@@ -81,14 +83,19 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreStartContainerResponse()  # not asked for (pre_start_required is false)
 
 
+def _numa_topology(numa_node: int | None) -> api_pb2.TopologyInfo | None:
+    return None if numa_node is None else api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=numa_node)])
+
+
 class PluginServer(UnixGrpcServer):
-    """One resource's plugin socket ``DIR/runtimekit-<resource>.sock``; ``present()`` says whether
-    the socket this server made is still there (a restarting kubelet deletes it)."""
+    """One resource's plugin socket ``DIR/runtimekit-<resource>.sock``; ``absence()`` says why it
+    must be served again ("" while the socket this server made is still there: a restarting
+    kubelet deletes it)."""
 
     def __init__(self, socket_path: str, servicer: DevicePluginServicer) -> None:
         super().__init__(socket_path)
         self.servicer = servicer
-        self._made: tuple[int, int] | None = None  # (inode, ctime ns) of the socket made
+        self._made: tuple[int, int] | None = None  # (device, inode) of the socket made
 
     def _add_servicers(self, server: grpc.aio.Server) -> None:
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
@@ -97,6 +104,11 @@ class PluginServer(UnixGrpcServer):
         await super().start()
         self._made = file_identity(self.socket_path)
 
-    def present(self) -> bool:
-        return self.running and self._made is not None and file_identity(self.socket_path) == self._made
-
+    def absence(self) -> str:
+        """Why the server must be (re)started, in words; "" when it serves its own socket."""
+        if not self.running:
+            return "not serving"
+        found = file_identity(self.socket_path)
+        if found is None:
+            return "its socket is gone"
+        return "" if found == self._made else "its socket was replaced by another file"

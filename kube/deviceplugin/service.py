@@ -5,8 +5,15 @@ Every ``kubelet_poll_seconds`` (polling, no inotify) ``reconcile`` makes the wor
 
 - a plugin server for ``resource_name`` from the start, and one per MIG profile as soon as a MIG
   device of that profile exists; a plugin stays while the process runs (its list may go empty);
-- a plugin whose socket is gone (a restarting kubelet deletes every socket in its directory) is
-  served again on a new socket;
+- a plugin whose socket is gone (a restarting kubelet deletes every socket in its directory) or
+  was replaced by another file is served again on a new socket, and the reason logged. The socket
+  is known by its device and inode only (``file_identity``): a chmod, chown or SELinux relabel
+  leaves it served as it is, its ListAndWatch streams open;
+- a socket that cannot be made (a directory not writable, a file in the way, a bind that fails)
+  is logged and tried again after a backoff: ``kubelet_poll_seconds``, doubled after each failure
+  in a row up to ``START_BACKOFF_MAX_SECONDS``; the other plugins go on meanwhile. After
+  ``START_ATTEMPTS`` failures in a row ``run`` raises ``PluginSocketError`` (the command prints it
+  as one line and exits 1);
 - a plugin is registered again whenever the kubelet socket is not the one it registered with (a
   restarted kubelet makes a new one), its own socket was made again, or its last try failed.
 
@@ -32,6 +39,16 @@ from .watch import DeviceWatch
 
 log = logging.getLogger(__name__)
 
+#: Failed starts of one plugin socket in a row before the process gives up (about 15 s of tries
+#: with the default kubelet_poll_seconds of 1 s: 1, 2, 4, 8 s between them).
+START_ATTEMPTS = 5
+#: The longest wait between two tries of a plugin socket, in seconds.
+START_BACKOFF_MAX_SECONDS = 30.0
+
+
+class PluginSocketError(Exception):
+    """A plugin socket could not be served ``START_ATTEMPTS`` times in a row."""
+
 
 @dataclass
 class _Plugin:
@@ -39,10 +56,12 @@ class _Plugin:
     registered_with: tuple[int, int] | None = None  # the kubelet socket it registered on
     registrations: int = 0
     last_error: str = ""
+    start_failures: int = 0  # failed starts of its server in a row
+    retry_at: float = 0.0  # event-loop time before which its server is not tried again
 
 
 class DevicePluginService:
-    """The whole plugin; ``run()`` until cancelled, then every socket is removed."""
+    """The whole plugin; ``run()`` until cancelled (or ``PluginSocketError``), then every socket is removed."""
 
     def __init__(self, config: DevicePluginConfig) -> None:
         self.config = config
@@ -67,8 +86,11 @@ class DevicePluginService:
 
     async def close(self) -> None:
         """Stop every plugin server (their sockets are removed) and close the clients."""
-        for plugin in self.plugins.values():
-            await plugin.server.stop()
+        for resource, plugin in self.plugins.items():
+            try:
+                await plugin.server.stop()
+            except OSError as error:  # another file in the socket's place: left alone
+                log.warning("%s: %s", resource, error)
         await self.kubelet.close()
         await self.agent.close()
 
@@ -82,15 +104,38 @@ class DevicePluginService:
                 self.plugins[resource] = _Plugin(PluginServer(path, servicer))
         kubelet = file_identity(self.config.kubelet_socket)
         for resource, plugin in self.plugins.items():
-            if not plugin.server.present():
-                if plugin.server.running:
-                    log.info("%s: the plugin socket %s is gone (the kubelet restarted?): serving it again",
-                             resource, plugin.server.socket_path)
-                await plugin.server.stop()
-                await plugin.server.start()
-                plugin.registered_with = None
+            why = plugin.server.absence()
+            if why and not await self._serve(resource, plugin, why):
+                continue
             if kubelet is not None and plugin.registered_with != kubelet:
                 await self._register(resource, plugin, kubelet)
+
+    async def _serve(self, resource: str, plugin: _Plugin, why: str) -> bool:
+        """(Re)start ``plugin``'s server because of ``why``; False when it is not serving (a failure
+        waits out its backoff); PluginSocketError after START_ATTEMPTS failures in a row."""
+        now = asyncio.get_running_loop().time()
+        if now < plugin.retry_at:
+            return False
+        path = plugin.server.socket_path
+        if plugin.server.running:
+            log.info("%s: serving %s again: %s (the kubelet restarted?)", resource, path, why)
+        try:
+            await plugin.server.stop()
+            await plugin.server.start()
+        except (OSError, RuntimeError) as error:  # not writable, a file in the way; gRPC's bind: RuntimeError
+            plugin.start_failures += 1
+            if plugin.start_failures >= START_ATTEMPTS:
+                raise PluginSocketError(f"{path}: failed {plugin.start_failures} times in a row, the last: {error}"
+                                        ) from None
+            delay = min(self.config.kubelet_poll_seconds * 2 ** (plugin.start_failures - 1), START_BACKOFF_MAX_SECONDS)
+            plugin.retry_at = now + delay
+            log.warning("%s: cannot serve %s: %s (try %d of %d; again in %gs)", resource, path, error,
+                        plugin.start_failures, START_ATTEMPTS, delay)
+            return False
+        if plugin.start_failures:
+            log.info("%s: serving %s after %d failed tries", resource, path, plugin.start_failures)
+        plugin.start_failures, plugin.registered_with = 0, None
+        return True
 
     async def _register(self, resource: str, plugin: _Plugin, kubelet: tuple[int, int]) -> None:
         try:

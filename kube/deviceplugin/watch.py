@@ -3,7 +3,12 @@
 ``DeviceWatch.run()`` runs two loops on the event loop until cancelled:
 
 - every ``health_poll_seconds`` it reads the node (GetNode): the devices, their modes and MIG
-  devices, and the health the answer carries;
+  devices, and the health the answer carries; then, when a card holds slices, the slices
+  (ListSlices, after GetNode, so a partition GetNode lists is never newer than the slices read);
+  and, when the cards differ from those of the last complete topology, the topology
+  (GetTopology: each card's NUMA node; it changes only when the GPUs do, so it is never read
+  per kubelet request nor per poll of the same cards). A topology that fails, or that misses a
+  card, is read again at the next poll; meanwhile those devices go without a NUMA node;
 - it follows the health stream (WatchHealth), so a verdict reaches the kubelet at once; a broken
   stream is opened again ``health_poll_seconds`` later.
 
@@ -18,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from runtimekit._proto.runtimekit.v1 import node_pb2
+from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
 from runtimekit.grpc_unix import UnixRpcError
 
 from .agent import AgentClient
 from .config import DevicePluginConfig
-from .inventory import Unit, units
+from .inventory import Unit, numa_nodes, units
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,9 @@ class DeviceWatch:
         self.units: tuple[Unit, ...] = ()
         self.version = 0  # bumped on every change of ``units``
         self._node: node_pb2.Node | None = None
+        self._slices: list[slice_pb2.Slice] = []
+        self._numa: dict[str, int] = {}  # each card's NUMA node by UUID (GetTopology)
+        self._topology_of: frozenset[tuple[str, int]] | None = None  # the cards (UUID, index) it covers
         self._health = node_pb2.NodeHealth()
         self._changed = asyncio.Event()
         self._failing: dict[str, str] = {}  # loop name -> its last error, while it fails
@@ -54,11 +62,29 @@ class DeviceWatch:
             group.create_task(self._follow_health())
 
     async def _refresh(self) -> None:
-        """Read the node once (GetNode) and apply it; UnixRpcError when the agent cannot answer."""
+        """Read the node (GetNode), its slices and topology when needed, and apply them;
+        UnixRpcError when the agent cannot answer GetNode or ListSlices."""
         node = await self.agent.get_node()
-        self._node = node
+        slices = await self.agent.list_slices() if any(device.slice_ids for device in node.devices) else []
+        await self._read_topology(node)
+        self._node, self._slices = node, slices
         self._take_health(node.health)
         self._update()
+
+    async def _read_topology(self, node: node_pb2.Node) -> None:
+        """GetTopology when ``node``'s cards are not those of the last complete topology."""
+        cards = frozenset((device.ref.uuid, device.ref.index) for device in node.devices if device.ref.uuid)
+        if cards == self._topology_of:
+            return
+        try:
+            topology = await self.agent.get_topology()
+        except UnixRpcError as error:
+            self._failed("GetTopology", str(error), "the devices go without a NUMA node until it answers")
+            return
+        self._recovered("GetTopology")
+        self._numa = numa_nodes(topology)
+        if {uuid for uuid, _ in cards} <= {place.ref.uuid for place in topology.devices}:
+            self._topology_of = cards  # complete: read again only when the cards change
 
     async def _poll_node(self) -> None:
         while True:
@@ -87,7 +113,7 @@ class DeviceWatch:
     def _update(self) -> None:
         if self._node is None:
             return
-        new = units(self._node, self._health, self.config)
+        new = units(self._node, self._health, self.config, self._slices, self._numa)
         if new == self.units:
             return
         before = {unit.id: unit for unit in self.units}
@@ -105,10 +131,9 @@ class DeviceWatch:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    def _failed(self, what: str, error: str) -> None:
+    def _failed(self, what: str, error: str, meanwhile: str = "keeping the devices as they were") -> None:
         if self._failing.get(what) != error:
-            log.warning("%s: %s (keeping the devices as they were; trying again every %gs)", what, error,
-                        self.config.health_poll_seconds)
+            log.warning("%s: %s (%s; trying again every %gs)", what, error, meanwhile, self.config.health_poll_seconds)
         self._failing[what] = error
 
     def _recovered(self, what: str) -> None:

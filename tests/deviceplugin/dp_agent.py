@@ -5,9 +5,13 @@ every ``set_health``) and AllocateDevices (recorded in ``allocations``; the choi
 candidates in reverse order, so a test can tell the agent's choice from the plugin's fallback,
 which takes them in order; each device paired with ``mlx5_<index>`` when NICs are asked for).
 ``fail_allocate`` makes AllocateDevices answer that status; ``bad_allocate`` makes it answer one
-device too many.
+device too many; ``nic_nodes`` names each paired NIC's device nodes (its ``{n}`` the NIC's number).
+GetNode counts its calls in ``node_reads``; ListSlices answers ``slices``; GetTopology answers
+``topology`` (``make_topology``), counting the calls in ``topology_reads``, or UNAVAILABLE (as
+before the agent's first discovery) while it is None.
 
-Cards: GPU 0-3 whole; GPU 4 in MIG mode with two 3g.40gb devices and one 1g.10gb device.
+Cards: GPU 0-3 whole; GPU 4 in MIG mode with two 3g.40gb devices and one 1g.10gb device. NUMA
+nodes (``NUMA``): GPU 0 and 1 on node 0, GPU 2 and the MIG card on node 1, GPU 3 unknown.
 """
 
 from __future__ import annotations
@@ -35,6 +39,26 @@ def mig_uuid(index: int, gpu_instance: int) -> str:
 
 MIG_CARD = WHOLE  # the index of the card in MIG mode
 MIG_DEVICES = ((1, "3g.40gb"), (2, "3g.40gb"), (7, "1g.10gb"))  # (GPU-instance id, profile)
+NUMA: dict[int, int | None] = {0: 0, 1: 0, 2: 1, 3: None, MIG_CARD: 1}  # by card index; None: unknown
+
+
+def make_topology() -> node_pb2.Topology:
+    """Every card's place: its NUMA node from ``NUMA`` (absent when None)."""
+    topology = node_pb2.Topology()
+    for index, numa in NUMA.items():
+        ref = slice_pb2.DeviceRef(kind="gpu", vendor="nvidia", uuid=gpu_uuid(index), index=index)
+        place = topology.devices.add(ref=ref)
+        if numa is not None:
+            place.numa_node = numa
+    return topology
+
+
+def mig_slice(slice_id: str, gpu_instance: int) -> slice_pb2.Slice:
+    """A ready "mig" slice made of the MIG card's partition ``gpu_instance``."""
+    ref = slice_pb2.DeviceRef(kind="gpu", vendor="nvidia", uuid=gpu_uuid(MIG_CARD), index=MIG_CARD)
+    return slice_pb2.Slice(id=slice_id, mode="mig", state=slice_pb2.SLICE_STATE_READY, device=ref,
+                           partition=slice_pb2.Partition(gpu_instance_id=gpu_instance,
+                                                         uuid=mig_uuid(MIG_CARD, gpu_instance)))
 
 
 def make_node() -> node_pb2.Node:
@@ -70,6 +94,11 @@ class FakeAgent(UnixGrpcServer, service_pb2_grpc.AgentServiceServicer):
         self.allocations: list[service_pb2.AllocateDevicesRequest] = []
         self.fail_allocate: grpc.StatusCode | None = None
         self.bad_allocate = False
+        self.nic_nodes: tuple[str, ...] = ("/dev/infiniband/uverbs{n}",)
+        self.slices: list[slice_pb2.Slice] = []
+        self.topology: node_pb2.Topology | None = make_topology()
+        self.topology_reads = 0
+        self.node_reads = 0
         self._changed = asyncio.Condition()
         self._version = 0
 
@@ -84,10 +113,22 @@ class FakeAgent(UnixGrpcServer, service_pb2_grpc.AgentServiceServicer):
 
     async def GetNode(self, request: service_pb2.GetNodeRequest, context: grpc.aio.ServicerContext
                       ) -> service_pb2.GetNodeResponse:
+        self.node_reads += 1
         node = node_pb2.Node()
         node.CopyFrom(self.node)
         node.health.CopyFrom(self.health)
         return service_pb2.GetNodeResponse(node=node)
+
+    async def ListSlices(self, request: service_pb2.ListSlicesRequest, context: grpc.aio.ServicerContext
+                         ) -> service_pb2.ListSlicesResponse:
+        return service_pb2.ListSlicesResponse(slices=self.slices)
+
+    async def GetTopology(self, request: service_pb2.GetTopologyRequest, context: grpc.aio.ServicerContext
+                          ) -> service_pb2.GetTopologyResponse:
+        self.topology_reads += 1
+        if self.topology is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "no topology yet")
+        return service_pb2.GetTopologyResponse(topology=self.topology)
 
     async def WatchHealth(self, request: service_pb2.WatchHealthRequest, context: grpc.aio.ServicerContext
                           ) -> AsyncIterator[service_pb2.WatchHealthResponse]:
@@ -111,5 +152,6 @@ class FakeAgent(UnixGrpcServer, service_pb2_grpc.AgentServiceServicer):
             index = int(uuid[4:12])
             chosen = response.devices.add(device=slice_pb2.DeviceRef(kind="gpu", vendor="nvidia", uuid=uuid, index=index))
             if request.with_nics:
-                chosen.nic.CopyFrom(node_pb2.Nic(name=f"mlx5_{index}", device_nodes=[f"/dev/infiniband/uverbs{index}"]))
+                chosen.nic.CopyFrom(node_pb2.Nic(name=f"mlx5_{index}",
+                                                  device_nodes=[node.format(n=index) for node in self.nic_nodes]))
         return response

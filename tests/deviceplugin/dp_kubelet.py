@@ -10,7 +10,8 @@ protocol (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1 server.g
   a refused request gets INVALID_ARGUMENT (the kubelet answers an error too) and is not recorded;
 - for each registration, as the kubelet's device manager does, a client that dials
   ``DIR/endpoint``, calls GetDevicePluginOptions, then keeps a ListAndWatch stream open, its lists
-  queued per resource (``next_list``);
+  queued per resource (``next_list``: (ID, health) pairs) and the newest whole list kept
+  (``Connection.devices``: the Device messages, topology included);
 - ``restart()``: the kubelet stops (its socket is removed, its streams are dropped), deletes every
   socket in its directory as a starting kubelet does, and serves a new ``kubelet.sock``.
 """
@@ -56,6 +57,8 @@ class Connection:
     request: api_pb2.RegisterRequest
     options: api_pb2.DevicePluginOptions | None = None
     lists: asyncio.Queue[list[tuple[str, str]]] = field(default_factory=asyncio.Queue)
+    devices: list[api_pb2.Device] = field(default_factory=list)  # the newest list, whole
+    streams: int = 0  # ListAndWatch streams opened (a plugin server restarted drops the stream)
     channel: grpc.aio.Channel | None = None
     stub: api_pb2_grpc.DevicePluginStub | None = None
     task: asyncio.Task[None] | None = None
@@ -95,7 +98,9 @@ class FakeKubelet(UnixGrpcServer, api_pb2_grpc.RegistrationServicer):
         connection.channel = grpc.aio.insecure_channel(f"unix:{path}")
         connection.stub = api_pb2_grpc.DevicePluginStub(connection.channel)
         connection.options = await connection.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+        connection.streams += 1
         async for response in connection.stub.ListAndWatch(api_pb2.Empty()):
+            connection.devices = list(response.devices)
             await connection.lists.put([(device.ID, device.health) for device in response.devices])
 
     async def _drop(self, connection: Connection) -> None:

@@ -5,7 +5,7 @@ resource names the kubelet accepts."""
 from __future__ import annotations
 
 import pytest
-from dp_agent import MIG_CARD, gpu_uuid, make_health, make_node, mig_uuid
+from dp_agent import MIG_CARD, gpu_uuid, make_health, make_node, mig_slice, mig_uuid
 
 from runtimekit._proto.runtimekit.v1 import node_pb2
 from runtimekit.kube.deviceplugin.allocation import choice_problem, fallback
@@ -78,6 +78,38 @@ def test_health_policy(change, device: str, expected: str) -> None:
     node, health = make_node(), make_health()
     change(health, node)
     assert health_of(units(node, health, CONFIG), device) == expected
+
+
+@pytest.mark.parametrize("slices,mig_slices,gone", [
+    ({1: ["s-000000000001"]}, [], [gpu_uuid(1)]),  # a card with a "tdm" slice: not advertised whole
+    ({1: ["s-000000000001", "s-000000000002"]}, [], [gpu_uuid(1)]),
+    ({MIG_CARD: ["s-000000000003"]}, [("s-000000000003", 7)], [mig_uuid(MIG_CARD, 7)]),  # a slice's partition
+    ({MIG_CARD: ["s-000000000003", "s-000000000004"]}, [("s-000000000003", 1), ("s-000000000004", 2)],
+     [mig_uuid(MIG_CARD, 1), mig_uuid(MIG_CARD, 2)]),
+    ({MIG_CARD: ["s-000000000005"]}, [("s-000000000005", None)], []),  # its partition not made yet
+    ({}, [], []),
+])
+def test_devices_that_hold_slices_are_not_advertised(slices: dict[int, list[str]],
+                                                     mig_slices: list[tuple[str, int | None]], gone: list[str]) -> None:
+    node = make_node()
+    for index, ids in slices.items():
+        node.devices[index].slice_ids.extend(ids)
+    listed = []
+    for slice_id, gpu_instance in mig_slices:
+        item = mig_slice(slice_id, gpu_instance or 0)
+        if gpu_instance is None:
+            item.ClearField("partition")
+        listed.append(item)
+    everything = [unit.id for unit in units(make_node(), make_health(), CONFIG)]
+    found = [unit.id for unit in units(node, make_health(), CONFIG, listed)]
+    assert found == [device for device in everything if device not in gone]
+
+
+def test_numa_nodes_of_whole_gpus_and_mig_devices() -> None:
+    found = units(make_node(), make_health(), CONFIG, numa={gpu_uuid(0): 0, gpu_uuid(MIG_CARD): 1})
+    assert {unit.id: unit.numa_node for unit in found} == {
+        gpu_uuid(0): 0, gpu_uuid(1): None, gpu_uuid(2): None, gpu_uuid(3): None,
+        mig_uuid(MIG_CARD, 1): 1, mig_uuid(MIG_CARD, 2): 1, mig_uuid(MIG_CARD, 7): 1}
 
 
 def test_a_partition_not_made_yet_is_not_advertised() -> None:

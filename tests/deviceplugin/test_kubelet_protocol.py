@@ -11,13 +11,14 @@ on its own socket: the plugin reaches it only through that socket.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
-from dp_agent import MIG_CARD, FakeAgent, gpu_uuid, make_health, mig_uuid
+from dp_agent import MIG_CARD, FakeAgent, gpu_uuid, make_health, make_topology, mig_slice, mig_uuid
 from dp_rig import Rig, start_rig, stop_rig
 
 from runtimekit._proto.deviceplugin.v1beta1 import api_pb2
@@ -102,8 +103,7 @@ async def test_allocate_names_the_devices_and_the_paired_nics(rig: Rig) -> None:
     assert [(spec.host_path, spec.container_path, spec.permissions) for spec in container.devices] == [
         ("/dev/infiniband/uverbs1", "/dev/infiniband/uverbs1", "rw"),
         ("/dev/infiniband/uverbs3", "/dev/infiniband/uverbs3", "rw"),
-        ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
-    ]
+    ]  # the NICs' own device nodes only: no rdma_cm the agent did not name (the host may have none)
     assert container.envs["NCCL_IB_HCA"] == "=mlx5_1,mlx5_3"
     asked = rig.agent.allocations[-1]
     assert asked.with_nics and list(asked.required_device_uuids) == [gpu_uuid(1), gpu_uuid(3)]
@@ -119,6 +119,15 @@ async def test_allocate_names_the_devices_and_the_paired_nics(rig: Rig) -> None:
     assert "container_requests[0].devices_ids" in (refused.value.details() or "")
 
 
+async def test_allocate_passes_rdma_cm_once_when_the_agent_names_it(rig: Rig) -> None:
+    rig.agent.nic_nodes = ("/dev/infiniband/uverbs{n}", "/dev/infiniband/rdma_cm")  # a host with rdma_ucm loaded
+    await registered(rig)
+    await list_where(rig, GPU, bool)
+    response = await rig.kubelet.plugin(GPU).Allocate(allocate_request(gpu_uuid(0), gpu_uuid(2)))
+    assert [spec.host_path for spec in response.container_responses[0].devices] == [
+        "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs2"]
+
+
 async def test_allocate_without_cdi_or_nics_when_configured_off(short_dir: Path) -> None:
     rig = await start_rig(short_dir, cdi=False, with_nics=False)
     try:
@@ -131,6 +140,59 @@ async def test_allocate_without_cdi_or_nics_when_configured_off(short_dir: Path)
         assert rig.agent.allocations == []
     finally:
         await stop_rig(rig)
+
+
+async def test_list_and_watch_carries_each_devices_numa_node(rig: Rig) -> None:
+    await registered(rig)
+    await list_where(rig, GPU, bool)
+    await list_where(rig, MIG_1G, bool)
+
+    def numa(resource: str) -> dict[str, list[int]]:
+        return {device.ID: [node.ID for node in device.topology.nodes] if device.HasField("topology") else []
+                for device in rig.kubelet.connections[resource].devices}
+
+    assert numa(GPU) == {gpu_uuid(0): [0], gpu_uuid(1): [0], gpu_uuid(2): [1], gpu_uuid(3): []}  # GPU 3: unknown
+    assert numa(MIG_1G) == {mig_uuid(MIG_CARD, 7): [1]}  # a MIG device: its card's node
+    reads = rig.agent.topology_reads
+    for _ in range(3):  # GetPreferredAllocation and Allocate never read the topology
+        await rig.kubelet.plugin(GPU).GetPreferredAllocation(preferred_request([gpu_uuid(0), gpu_uuid(1)], [], 1))
+        await rig.kubelet.plugin(GPU).Allocate(allocate_request(gpu_uuid(0)))
+    assert rig.agent.topology_reads == reads
+
+
+async def test_the_topology_is_read_until_known_then_only_when_the_gpus_change(short_dir: Path) -> None:
+    rig = await start_rig(short_dir)
+    rig.agent.topology = None  # the agent's first discovery is not done
+    try:
+        await registered(rig)
+        assert await list_where(rig, GPU, bool) == HEALTHY_GPUS  # devices go out without a topology
+        assert not any(device.HasField("topology") for device in rig.kubelet.connections[GPU].devices)
+        rig.agent.topology = make_topology()
+        await list_where(rig, GPU, lambda devices: rig.kubelet.connections[GPU].devices[0].HasField("topology"))
+        reads = rig.agent.topology_reads
+        await rig.agent.set_health(make_health(unhealthy=(1,), evaluated_at=2))  # GetNode polls go on
+        await list_where(rig, GPU, lambda devices: devices[1][1] == "Unhealthy")
+        polls = rig.agent.node_reads
+        while rig.agent.node_reads < polls + 2:
+            await asyncio.sleep(0.05)
+        assert rig.agent.topology_reads == reads  # the same GPUs: the topology is not read again
+        del rig.agent.node.devices[3]  # GPU 3 fell off the node: the GPUs changed
+        await list_where(rig, GPU, lambda devices: len(devices) == 3)
+        assert rig.agent.topology_reads == reads + 1
+    finally:
+        await stop_rig(rig)
+
+
+async def test_devices_that_hold_slices_are_not_listed(rig: Rig) -> None:
+    await registered(rig)
+    assert await list_where(rig, MIG_1G, bool) == [(mig_uuid(MIG_CARD, 7), "Healthy")]
+    rig.agent.node.devices[1].slice_ids.append("s-000000000001")  # a "tdm" slice on GPU 1
+    rig.agent.node.devices[MIG_CARD].slice_ids.append("s-000000000002")
+    rig.agent.slices = [mig_slice("s-000000000002", 7)]  # a "mig" slice made of the 1g.10gb partition
+    assert await list_where(rig, MIG_1G, lambda devices: not devices) == []
+    assert await list_where(rig, GPU, lambda devices: len(devices) == 3) == [
+        (gpu_uuid(index), "Healthy") for index in (0, 2, 3)]
+    assert await list_where(rig, MIG_3G, bool) == [(mig_uuid(MIG_CARD, 1), "Healthy"), (mig_uuid(MIG_CARD, 2), "Healthy")]
 
 
 async def test_a_health_change_and_back_reach_list_and_watch(rig: Rig) -> None:

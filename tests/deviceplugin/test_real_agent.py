@@ -1,8 +1,8 @@
 """The device plugin against the agent's real runtimekit.v1 server (runtimekit.api.ApiServer over a
 real NodeState, tests/api's fake slicer) instead of the fake agent: the verdicts the health checker
-publishes reach the kubelet's ListAndWatch, and the topology allocator's choice reaches
-GetPreferredAllocation and Allocate. The kubelet is dp_kubelet.FakeKubelet (the real one cannot run
-here), on real unix sockets."""
+publishes reach the kubelet's ListAndWatch with the topology's NUMA nodes, and the topology
+allocator's choice reaches GetPreferredAllocation and Allocate. The kubelet is
+dp_kubelet.FakeKubelet (the real one cannot run here), on real unix sockets."""
 
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ async def test_the_real_agents_health_and_topology_reach_the_kubelet(short_dir: 
         wanted = [(uuid_for(0), "Healthy"), (uuid_for(2), "Healthy"), (uuid_for(3), "Unhealthy")]
         while (devices := await kubelet.next_list(GPU)) != wanted:
             assert len(devices) <= 3, devices
+        assert {device.ID: [node.ID for node in device.topology.nodes] for device in kubelet.connections[GPU].devices
+                } == {uuid_for(0): [0], uuid_for(2): [1], uuid_for(3): [1]}  # GetTopology's NUMA nodes
         publish_health(state, unhealthy=None)  # the health checker's next verdict: recovered
         assert await kubelet.next_list(GPU) == [(uuid_for(i), "Healthy") for i in (0, 2, 3)]
 
@@ -78,7 +80,7 @@ async def test_the_real_agents_health_and_topology_reach_the_kubelet(short_dir: 
             devices_ids=[uuid_for(2), uuid_for(3)])])
         container = (await kubelet.plugin(GPU).Allocate(allocate)).container_responses[0]
         assert sorted(spec.host_path for spec in container.devices) == [
-            "/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs1", "/dev/infiniband/uverbs2"]  # the NICs on their switch
+            "/dev/infiniband/uverbs1", "/dev/infiniband/uverbs2"]  # the NICs on their switch, their nodes only
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
