@@ -68,7 +68,8 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
     return value
 
-def _client_options() -> argparse.ArgumentParser:
+def client_options() -> argparse.ArgumentParser:
+    """The options every client of the agent's API shares (socket, config, state dir, output, timeout)."""
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--socket", metavar="PATH", help="the agent's API socket (default: from --config/--state-dir, "
                          "else /var/lib/runtimekit/runtimekit.sock)")
@@ -82,7 +83,7 @@ def _client_options() -> argparse.ArgumentParser:
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Register ``slice``, ``device`` and ``node`` on the root parser's subcommands."""
-    options = _client_options()
+    options = client_options()
     slices = commands.add_parser("slice", help="make, list, read and delete slices (runtimekit.v1 over the agent's socket)")
     actions = slices.add_subparsers(dest="slice_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[options], help="make a slice")
@@ -190,7 +191,8 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _print(args: argparse.Namespace, message: Any, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+def print_result(args: argparse.Namespace, message: Any, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """Print an answer: ``-o json`` in proto3's JSON mapping, else ``rows`` as a table under ``columns``; 0."""
     if args.output == "json":
         print(json.dumps(MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True),
                          indent=2, sort_keys=True))
@@ -207,32 +209,32 @@ def _run_create(args: argparse.Namespace) -> int:
         container=args.container, owner_id=args.owner, priority=args.priority,
     )
     made = call(args, "CreateSlice", request).slice
-    return _print(args, made, SLICE_COLUMNS, [_slice_row(made)])
+    return print_result(args, made, SLICE_COLUMNS, [_slice_row(made)])
 
 
 def _run_list(args: argparse.Namespace) -> int:
     answer = call(args, "ListSlices", service_pb2.ListSlicesRequest())
-    return _print(args, answer, SLICE_COLUMNS, [_slice_row(item) for item in answer.slices])
+    return print_result(args, answer, SLICE_COLUMNS, [_slice_row(item) for item in answer.slices])
 
 
 def _run_get(args: argparse.Namespace) -> int:
     found = call(args, "GetSlice", service_pb2.GetSliceRequest(slice_id=args.slice_id)).slice
-    return _print(args, found, SLICE_COLUMNS, [_slice_row(found)])
+    return print_result(args, found, SLICE_COLUMNS, [_slice_row(found)])
 
 
 def _run_delete(args: argparse.Namespace) -> int:
     gone = call(args, "DeleteSlice", service_pb2.DeleteSliceRequest(slice_id=args.slice_id)).slice
-    return _print(args, gone, SLICE_COLUMNS, [_slice_row(gone)])
+    return print_result(args, gone, SLICE_COLUMNS, [_slice_row(gone)])
 
 
 def _run_mode(args: argparse.Namespace) -> int:
     device = call(args, "SetDeviceMode", service_pb2.SetDeviceModeRequest(device=args.device, mode=args.mode)).device
-    return _print(args, device, DEVICE_COLUMNS, [_device_row(device)])
+    return print_result(args, device, DEVICE_COLUMNS, [_device_row(device)])
 
 
 def _run_node(args: argparse.Namespace) -> int:
     node = call(args, "GetNode", service_pb2.GetNodeRequest()).node
-    return _print(args, node, DEVICE_COLUMNS, [_device_row(device) for device in node.devices])
+    return print_result(args, node, DEVICE_COLUMNS, [_device_row(device) for device in node.devices])
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2
-from runtimekit.cli_slice import _client_options, _print, call, guarded, table
+from runtimekit.cli_slice import call, client_options, guarded, print_result, table
 from runtimekit.cli_topo_allocate import ScenarioTopology, add_allocate_parser
 from runtimekit.state.topology import NicPlace
 from runtimekit.topology.distance import links_between
@@ -81,7 +81,7 @@ def matrix(topology: node_pb2.Topology) -> str:
 def _run_topo(args: argparse.Namespace) -> int:
     found = call(args, "GetTopology", service_pb2.GetTopologyRequest()).topology
     if args.output == "json":
-        return _print(args, found, (), ())
+        return print_result(args, found, (), ())
     print(matrix(found))
     return 0
 
@@ -89,7 +89,7 @@ def _run_topo(args: argparse.Namespace) -> int:
 def add_topo_parser(commands: argparse._SubParsersAction, scenario_topology: ScenarioTopology) -> None:
     """Register ``topo`` (the agent's topology) and ``topo allocate`` (offline, over a scenario:
     ``scenario_topology`` is the composition root's name -> Topology)."""
-    topo = commands.add_parser("topo", parents=[_client_options()],
+    topo = commands.add_parser("topo", parents=[client_options()],
                                help="the node's topology: GPUs and RDMA NICs, a matrix like nvidia-smi topo -m (runtimekit.v1)")
     topo.set_defaults(handler=guarded(_run_topo))
     actions = topo.add_subparsers(dest="topo_command", metavar="ACTION")

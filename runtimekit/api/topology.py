@@ -47,29 +47,28 @@ def topology_message(topology: Topology) -> node_pb2.Topology:
         device_links=[node_pb2.DeviceLink(device_index=a, peer_index=b, level=level_name(link), links=link.nvlinks, cost=link.cost)
                       for (a, b), link in sorted(topology.gpu_links.items())],
         nic_links=[node_pb2.NicLink(device_index=gpu, nic=nic, level=level_name(link), cost=link.cost)
-                   for (gpu, nic), link in _by_gpu_then_nic(topology)],
+                   for (gpu, nic), link in topology.nic_links_in_order()],
         discovered_at=timestamp(topology.discovered_at),
         errors=topology.errors,
     )
 
 
-def _by_gpu_then_nic(topology: Topology) -> list[tuple[tuple[int, str], Link]]:
-    order = {nic.name: position for position, nic in enumerate(topology.nics)}
-    return sorted(topology.nic_links.items(), key=lambda item: (item[0][0], order.get(item[0][1], len(order))))
-
-
 def free_whole_devices(view: NodeView, topology: Topology) -> set[int]:
     """The default candidates: the topology's GPUs that are sampled, not lost, whole (not in
-    partition mode, no partitions), hold no slice, and are schedulable (no verdict yet counts)."""
+    partition mode, no partitions, no change to partition mode waiting for a GPU reset: the
+    slicer's ``pending`` or the sample's ``mig_mode_pending``), hold no slice, and are schedulable
+    (no verdict yet counts)."""
     gpus = {gpu.index: gpu for gpu in view.snapshot.gpus} if view.snapshot is not None else {}
     health = {gpu.index: gpu for gpu in view.health.gpus} if view.health is not None else {}
     free = set()
     for place in topology.gpus:
         index = place.ref.index
         gpu, verdict, info = gpus.get(index), health.get(index), view.slices.devices.get(index)
-        if gpu is None or gpu.lost or gpu.mig_devices or (gpu.modes is not None and gpu.modes.mig_mode_current is True):
+        if gpu is None or gpu.lost or gpu.mig_devices:
             continue
-        if (info is not None and info.mode == "mig") or view.slices.on_gpu(index):
+        if gpu.modes is not None and (gpu.modes.mig_mode_current is True or gpu.modes.mig_mode_pending is True):
+            continue
+        if (info is not None and "mig" in (info.mode, info.pending)) or view.slices.on_gpu(index):
             continue
         if verdict is None or verdict.schedulable:
             free.add(index)

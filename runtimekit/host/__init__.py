@@ -7,7 +7,7 @@ fixture tree. ``runtimekit sim record`` uses it; topology discovery can share it
 
 from .nics import RdmaNic, rdma_nics
 from .pci import normalise_bus_id, pci_device_dir, pci_numa_node, pci_path, pcie_switches_above
-from .sysfs import DEFAULT_SYS_ROOT, NumaNode, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist
+from .sysfs import DEFAULT_SYS_ROOT, NumaNode, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, read_fact
 
 __all__ = [
     "DEFAULT_SYS_ROOT",
@@ -23,4 +23,5 @@ __all__ = [
     "pci_path",
     "pcie_switches_above",
     "rdma_nics",
+    "read_fact",
 ]

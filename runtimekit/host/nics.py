@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .pci import normalise_bus_id
-from .sysfs import DEFAULT_SYS_ROOT
+from .sysfs import DEFAULT_SYS_ROOT, read_fact
 
 __all__ = ["RdmaNic", "rdma_nics"]
 
@@ -27,17 +27,36 @@ class RdmaNic:
     rate_gbps: int
 
 
-def rdma_nics(sys_root: str | Path = DEFAULT_SYS_ROOT) -> list[RdmaNic]:
-    """Every RDMA device backed by a PCI function, by name (others, e.g. soft-RoCE, are skipped)."""
+def _numa(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _gbps(text: str) -> int:
+    words = text.split()
+    return int(float(words[0])) if words and words[0].replace(".", "", 1).isdigit() else 0
+
+
+def rdma_nics(sys_root: str | Path = DEFAULT_SYS_ROOT, errors: list[str] | None = None) -> list[RdmaNic]:
+    """Every RDMA device backed by a PCI function, by name (others, e.g. soft-RoCE, are skipped).
+
+    Read one NIC at a time. With ``errors`` a list, what cannot be read (OSError, or bytes that are
+    not UTF-8) is appended to it in words, naming the NIC and the file, and left unknown: a NIC
+    whose ``device`` link cannot be read is left out, an unreadable NUMA node is None, an
+    unreadable rate 0; the other NICs are read all the same. With ``errors`` None the first such
+    failure is raised."""
     out = []
     for d in sorted((Path(sys_root) / "class/infiniband").glob("*")):
-        dev = (d / "device").resolve()
+        try:
+            dev = (d / "device").resolve()
+        except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
+            if errors is None:
+                raise
+            errors.append(f"NIC {d.name}: reading {d / 'device'} failed: {error}")
+            continue
         bus = normalise_bus_id(dev.name)
         if bus is None:
             continue
-        numa = (dev / "numa_node").read_text().strip() if (dev / "numa_node").is_file() else "-1"
-        rate = d / "ports/1/rate"
-        words = rate.read_text().split() if rate.is_file() else []
-        gbps = int(float(words[0])) if words and words[0].replace(".", "", 1).isdigit() else 0
-        out.append(RdmaNic(d.name, bus, int(numa) if numa.isdigit() else None, gbps))
+        numa = read_fact(dev / "numa_node", _numa, None, f"NIC {d.name}", errors)
+        gbps = read_fact(d / "ports/1/rate", _gbps, 0, f"NIC {d.name}", errors)
+        out.append(RdmaNic(d.name, bus, numa, gbps))
     return out

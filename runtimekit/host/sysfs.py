@@ -6,14 +6,32 @@ Sources (Linux ``Documentation/ABI``): ``stable/sysfs-devices-node`` (``node/nod
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["DEFAULT_SYS_ROOT", "NumaNode", "cpu_sockets", "format_cpulist", "numa_nodes", "parse_cpulist"]
+__all__ = ["DEFAULT_SYS_ROOT", "NumaNode", "cpu_sockets", "format_cpulist", "numa_nodes", "parse_cpulist", "read_fact"]
 
 #: Where sysfs is mounted on a real node; every function takes ``sys_root`` instead.
 DEFAULT_SYS_ROOT = "/sys"
+
+_T = TypeVar("_T")
+
+
+def read_fact(path: Path, parse: Callable[[str], _T], unknown: _T, what: str, errors: list[str] | None) -> _T:
+    """``parse`` of the text of sysfs file ``path`` (stripped); ``unknown`` when it is absent.
+    When it cannot be read (OSError, bytes that are not UTF-8, ``parse``'s ValueError): with
+    ``errors`` a list, "<what>: reading <path> failed: <why>" is appended and ``unknown`` returned;
+    with ``errors`` None the failure is raised."""
+    try:
+        return parse(path.read_text().strip()) if path.is_file() else unknown
+    except (OSError, ValueError) as error:
+        if errors is None:
+            raise
+        errors.append(f"{what}: reading {path} failed: {error}")
+        return unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +62,14 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
 
 
-def numa_nodes(sys_root: str | Path = DEFAULT_SYS_ROOT) -> list[NumaNode]:
+def numa_nodes(sys_root: str | Path = DEFAULT_SYS_ROOT, errors: list[str] | None = None) -> list[NumaNode]:
     """NUMA nodes that have CPUs, by id (memory-only nodes, e.g. GPU memory on Grace, are left
-    out); [] when sysfs has no node directory."""
+    out); [] when sysfs has no node directory. A node whose ``cpulist`` cannot be read is left out
+    and said in ``errors`` (``read_fact``; with ``errors`` None it is raised)."""
     out = []
-    nodes = (Path(sys_root) / "devices/system/node").glob("node[0-9]*")
+    nodes = [d for d in (Path(sys_root) / "devices/system/node").glob("node*") if re.fullmatch(r"node\d+", d.name)]
     for d in sorted(nodes, key=lambda p: int(p.name[4:])):
-        cpus = (d / "cpulist").read_text().strip() if (d / "cpulist").is_file() else ""
+        cpus = read_fact(d / "cpulist", str, "", f"NUMA node {d.name[4:]}", errors)
         if cpus:
             out.append(NumaNode(int(d.name[4:]), cpus))
     return out

@@ -17,7 +17,10 @@ any other sysfs reader) reads it unchanged. Sources: Linux ``Documentation/ABI/t
   and ``ports/1/link_layer``;
 - ``class/infiniband_verbs/uverbs<N>``: likewise, with ``ibdev`` naming the NIC and ``dev``
   (major 231, minor 192 + N); ``N`` is the NIC's position in the scenario's ``nics`` (the
-  container needs ``/dev/infiniband/uverbs<N>``).
+  container needs ``/dev/infiniband/uverbs<N>``);
+- ``class/misc/rdma_cm``: a link to ``devices/virtual/misc/rdma_cm`` (``dev``: misc major 10, a
+  dynamic minor), the RDMA connection manager's device (``/dev/infiniband/rdma_cm``, made by the
+  rdma_ucm module), on scenarios with NICs only.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ _CX_DEVICE = "0x1021"  # ConnectX-7
 #: Port 1 rate word for a 4X link of this many Gb/s (``ibstat``/sysfs rate text).
 _IB_SPEEDS = {100: "EDR", 200: "HDR", 400: "NDR", 800: "XDR"}
 UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192
+#: rdma_cm is a misc device (major 10) with a dynamic minor; this one is as good as any.
+MISC_MAJOR, RDMA_CM_MINOR = 10, 123
 
 
 def ib_rate_text(gbps: int) -> str:
@@ -105,3 +110,7 @@ def write_sys_tree(scenario: Scenario, sys_root: Path) -> None:
         _write(verbs / "ibdev", nic.name)
         _write(verbs / "dev", f"{UVERBS_MAJOR}:{UVERBS_MINOR_BASE + i}")
         _link(sys_root / "class/infiniband_verbs" / f"uverbs{i}", verbs)
+    if scenario.nics:
+        rdma_cm = sys_root / "devices/virtual/misc/rdma_cm"
+        _write(rdma_cm / "dev", f"{MISC_MAJOR}:{RDMA_CM_MINOR}")
+        _link(sys_root / "class/misc/rdma_cm", rdma_cm)

@@ -30,7 +30,7 @@ LEVEL_COST: Mapping[Level, int] = MappingProxyType({"nvlink": 40, "pcie_switch":
 MAX_COUNTED_LINKS = 36
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Link:
     """How near two devices are: the nearest ``level`` they share, and for NVLink the link count."""
 
@@ -88,3 +88,9 @@ class Topology:
     def link(self, a: int, b: int) -> Link:
         """The distance between GPUs ``a`` and ``b`` (indices; KeyError for an unknown pair)."""
         return self.gpu_links[(a, b) if a < b else (b, a)]
+
+    def nic_links_in_order(self) -> list[tuple[tuple[int, str], Link]]:
+        """``nic_links`` by GPU index, then by the NIC's position in ``nics`` (a name not in
+        ``nics`` after those that are): the one order the APIs list them in."""
+        position = {nic.name: n for n, nic in enumerate(self.nics)}
+        return sorted(self.nic_links.items(), key=lambda item: (item[0][0], position.get(item[0][1], len(position)), item[0][1]))

@@ -2,8 +2,9 @@
 
 It watches the node state's sample topic and runs ``discovery.discover`` (blocking: NVML and sysfs
 reads) in an executor thread when the GPU set it last discovered differs from the sampled one —
-each GPU's index, UUID and whether it is lost: a GPU replaced, added, removed, lost or back after a
-reset. Nothing else triggers it, and no request ever waits for it: the HTTP and gRPC APIs, the CLI,
+each GPU's index, UUID, whether it is lost, and which of its NVLinks the sample shows inactive: a
+GPU replaced, added, removed, lost or back after a reset, a link gone down or back up (discovery
+counts only the links up in the sample it runs on). Nothing else triggers it, and no request ever waits for it: the HTTP and gRPC APIs, the CLI,
 the metrics and the allocator read the published ``Topology`` (``NodeState.publish_topology``).
 Samples taken while NVML is down are skipped (their GPU list is empty, not a new machine).
 
@@ -26,12 +27,14 @@ from .discovery import discover
 
 log = logging.getLogger("runtimekit.topology")
 
-GpuSet = tuple[tuple[int, str, bool], ...]  # (index, uuid, lost) per sampled GPU, by index
+GpuSet = tuple[tuple[int, str, bool, tuple[int, ...]], ...]  # (index, uuid, lost, inactive links) per GPU, by index
 
 
 def gpu_set(snapshot: NodeSnapshot) -> GpuSet:
-    """What decides whether the topology must be discovered again: each GPU's index, UUID, lost."""
-    return tuple(sorted((gpu.index, gpu.identity.uuid if is_available(gpu.identity.uuid) else "", gpu.lost)
+    """What decides whether the topology must be discovered again: each GPU's index, UUID, whether
+    it is lost, and its NVLinks the sample shows inactive (link numbers, ascending)."""
+    return tuple(sorted((gpu.index, gpu.identity.uuid if is_available(gpu.identity.uuid) else "", gpu.lost,
+                         tuple(sorted(link.link for link in gpu.nvlinks if link.active is False)))
                         for gpu in snapshot.gpus))
 
 
@@ -63,7 +66,7 @@ class TopologyComponent:
             topology = await loop.run_in_executor(None, discover, self._session, snapshot, self._sys_root, self._clock())
             self._state.publish_topology(topology)
             if self._discovered is not None:
-                log.info("the GPUs changed; topology discovered again")
+                log.info("the GPUs or their NVLinks changed; topology discovered again")
             self._discovered = wanted
             self._log_errors(topology.errors)
 

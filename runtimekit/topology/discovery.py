@@ -13,11 +13,13 @@ start and again when the sampled GPUs change, never per request):
   CPU socket of that NUMA node (the ``physical_package_id`` of the node's first CPU).
 - **RDMA NICs** from ``class/infiniband`` with their PCI function's place, port 1 rate, and the
   device nodes a container needs (``/dev/infiniband/uverbsN`` for each
-  ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` names the NIC).
+  ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` names the NIC, and ``/dev/infiniband/rdma_cm``
+  where the host has it: ``class/misc/rdma_cm``).
 
-Every pair's distance is ``distance.links_between``. What cannot be read is said in
-``Topology.errors`` (in words, one entry per device and fact) and that fact left unknown; one
-unreadable device never fails the whole discovery.
+Every pair's distance is ``distance.links_between``. What cannot be read (a missing file, an
+OSError, bytes that are not UTF-8) is said in ``Topology.errors`` (in words, one entry per device
+and fact, naming the file) and that fact left unknown; one unreadable GPU, NIC, verbs device or
+NUMA node never costs the others, nor fails the whole discovery.
 
 Blocking (NVML and file reads): call it from an executor thread, never from the event loop.
 """
@@ -34,11 +36,11 @@ from types import MappingProxyType
 from runtimekit.gpu.nvml import GpuLostError, NvmlSession
 from runtimekit.gpu.topology import read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
-from runtimekit.host import numa_nodes, parse_cpulist, pci_device_dir, pci_numa_node, pcie_switches_above, rdma_nics
+from runtimekit.host import numa_nodes, parse_cpulist, pci_device_dir, pci_numa_node, pcie_switches_above, rdma_nics, read_fact
 from runtimekit.state.refs import GpuRef, PciAddress
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
-from .distance import links_between
+from .distance import links_between, nvswitch_peers
 
 __all__ = ["discover", "gpu_ref", "numa_sockets"]
 
@@ -58,16 +60,25 @@ def gpu_ref(gpu: GpuSnapshot) -> GpuRef:
     return GpuRef(uuid, gpu.index, address)
 
 
-def numa_sockets(sys_root: str) -> dict[int, int]:
+def numa_sockets(sys_root: str, errors: list[str]) -> dict[int, int]:
     """NUMA node id -> CPU socket (``physical_package_id`` of the node's first CPU), for the NUMA
-    nodes with CPUs that sysfs describes."""
+    nodes with CPUs that sysfs describes. Node by node: one whose CPUs or socket cannot be read is
+    left out and said in ``errors``."""
     out = {}
-    for node in numa_nodes(sys_root):
-        first = min(parse_cpulist(node.cpus))
+    for node in numa_nodes(sys_root, errors):
+        try:
+            first = min(parse_cpulist(node.cpus))
+        except ValueError:
+            errors.append(f"NUMA node {node.id}: its cpulist {node.cpus!r} is not a CPU list; its socket is unknown")
+            continue
         package = Path(sys_root) / f"devices/system/cpu/cpu{first}/topology/physical_package_id"
-        text = package.read_text().strip() if package.is_file() else ""
+        text = read_fact(package, str, "", f"NUMA node {node.id}", errors)
         if text.isdigit():
             out[node.id] = int(text)
+        elif not text:
+            errors.append(f"NUMA node {node.id}: {package} is missing or empty; its socket is unknown")
+        else:
+            errors.append(f"NUMA node {node.id}: {package} reads {text!r}, not a socket number; its socket is unknown")
     return out
 
 
@@ -111,15 +122,21 @@ def _nvlink_ends(session: NvmlSession, gpu: GpuSnapshot, by_bus: Mapping[str, in
 
 
 def _place(bus_id: str, what: str, sys_root: str, errors: list[str]) -> tuple[tuple[str, ...], int | None]:
-    """(PCIe switches above, NUMA node) of PCI function ``bus_id`` from sysfs."""
+    """(PCIe switches above, NUMA node) of PCI function ``bus_id`` from sysfs; each fact that
+    cannot be read (OSError, bytes that are not UTF-8) is said in ``errors`` and left unknown."""
     try:
         if pci_device_dir(bus_id, sys_root) is None:
             errors.append(f"{what}: PCI function {bus_id} is not in {sys_root}/bus/pci/devices")
             return (), None
-        return tuple(pcie_switches_above(bus_id, sys_root)), pci_numa_node(bus_id, sys_root)
-    except OSError as error:
+        switches = tuple(pcie_switches_above(bus_id, sys_root))
+    except (OSError, ValueError) as error:
         errors.append(f"{what}: reading its sysfs entry failed: {error}")
         return (), None
+    try:
+        return switches, pci_numa_node(bus_id, sys_root)
+    except (OSError, ValueError) as error:
+        errors.append(f"{what}: reading its numa_node failed: {error}")
+        return switches, None
 
 
 def _gpu_places(session: NvmlSession, gpus: tuple[GpuSnapshot, ...], sys_root: str, sockets: Mapping[int, int],
@@ -127,14 +144,13 @@ def _gpu_places(session: NvmlSession, gpus: tuple[GpuSnapshot, ...], sys_root: s
     refs = [gpu_ref(gpu) for gpu in gpus]
     by_bus = {str(ref.pci): ref.index for ref in refs if ref.pci is not None}
     ends = {gpu.index: _nvlink_ends(session, gpu, by_bus, errors) for gpu in gpus}
+    fabric = nvswitch_peers({index: end.switch for index, end in ends.items()})
     places = []
     for gpu, ref in zip(gpus, refs, strict=True):
         mine = ends[gpu.index]
         nvlinks = dict(mine.peers)
-        for other in gpus:  # through the NVSwitch fabric: as many links as the lesser end has
-            through = min(mine.switch, ends[other.index].switch)
-            if other.index != gpu.index and through:
-                nvlinks[other.index] = nvlinks.get(other.index, 0) + through
+        for other, through in fabric[gpu.index].items():
+            nvlinks[other] = nvlinks.get(other, 0) + through
         switches: tuple[str, ...] = ()
         numa = None
         if ref.pci is None:
@@ -151,33 +167,37 @@ def _natural(name: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def _device_nodes(sys_root: str, nic: str) -> tuple[str, ...]:
-    """``/dev/infiniband/uverbsN`` of each ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` is ``nic``."""
-    out = []
+def _device_nodes(sys_root: str, errors: list[str]) -> dict[str, tuple[str, ...]]:
+    """NIC name -> its device nodes: ``/dev/infiniband/uverbsN`` of each
+    ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` names it, then ``/dev/infiniband/rdma_cm``
+    when the host has the RDMA connection manager's device (``class/misc/rdma_cm``: the rdma_ucm
+    module is loaded). An ``ibdev`` that cannot be read is said in ``errors``."""
+    found: dict[str, list[str]] = {}
     for verbs in sorted((Path(sys_root) / "class/infiniband_verbs").glob("uverbs*")):
-        ibdev = verbs / "ibdev"
-        if ibdev.is_file() and ibdev.read_text().strip() == nic:
-            out.append(f"{DEV_INFINIBAND}/{verbs.name}")
-    return tuple(out)
+        nic = read_fact(verbs / "ibdev", str, "", f"verbs device {verbs.name}", errors)
+        if nic:
+            found.setdefault(nic, []).append(f"{DEV_INFINIBAND}/{verbs.name}")
+    cm = [f"{DEV_INFINIBAND}/rdma_cm"] if (Path(sys_root) / "class/misc/rdma_cm").exists() else []
+    return {nic: (*nodes, *cm) for nic, nodes in found.items()}
 
 
 def _nic_places(sys_root: str, sockets: Mapping[int, int], errors: list[str]) -> tuple[NicPlace, ...]:
     try:
-        found = rdma_nics(sys_root)
-    except (OSError, ValueError) as error:
+        found = rdma_nics(sys_root, errors)
+    except OSError as error:
         errors.append(f"RDMA NICs: reading {sys_root}/class/infiniband failed: {error}")
         return ()
+    try:
+        nodes = _device_nodes(sys_root, errors) if found else {}
+    except OSError as error:
+        errors.append(f"RDMA NICs: reading {sys_root}/class/infiniband_verbs failed: {error}")
+        nodes = {}
     places = []
     for nic in sorted(found, key=lambda nic: _natural(nic.name)):
         switches, numa = _place(nic.pci_bus_id, f"NIC {nic.name}", sys_root, errors)
         numa = numa if numa is not None else nic.numa_node
-        try:
-            nodes = _device_nodes(sys_root, nic.name)
-        except OSError as error:
-            errors.append(f"NIC {nic.name}: reading {sys_root}/class/infiniband_verbs failed: {error}")
-            nodes = ()
         places.append(NicPlace(nic.name, nic.pci_bus_id, numa, sockets.get(numa) if numa is not None else None,
-                               switches, nic.rate_gbps, nodes))
+                               switches, nic.rate_gbps, nodes.get(nic.name, ())))
     return tuple(places)
 
 
@@ -186,8 +206,8 @@ def discover(session: NvmlSession, snapshot: NodeSnapshot, sys_root: str, now: f
     ``now`` (unix seconds). ``session`` must be initialised (the sampler's). Blocking."""
     errors: list[str] = []
     try:
-        sockets = numa_sockets(sys_root)
-    except (OSError, ValueError) as error:
+        sockets = numa_sockets(sys_root, errors)
+    except OSError as error:
         errors.append(f"NUMA nodes and sockets: reading {sys_root}/devices/system failed: {error}")
         sockets = {}
     gpus = _gpu_places(session, tuple(sorted(snapshot.gpus, key=lambda gpu: gpu.index)), sys_root, sockets, errors)

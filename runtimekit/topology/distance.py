@@ -17,9 +17,11 @@ is far from everything rather than near by accident.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
-__all__ = ["links_between", "nearest_gpus", "nvlinks_between"]
+__all__ = ["links_between", "nearest_gpus", "nvlinks_between", "nvswitch_peers", "pcie_link"]
 
 
 def nvlinks_between(a: GpuPlace, b: GpuPlace) -> int:
@@ -28,12 +30,27 @@ def nvlinks_between(a: GpuPlace, b: GpuPlace) -> int:
     return max(a.nvlinks.get(b.ref.index, 0), b.nvlinks.get(a.ref.index, 0))
 
 
+def nvswitch_peers(switch_links: Mapping[int, int]) -> dict[int, dict[int, int]]:
+    """GPU index -> {peer index: NVLinks between them through the NVSwitch fabric}, from each GPU's
+    count of links that end at NVSwitches: as many as the lesser of the two counts
+    (``nvidia-smi topo -m``'s NV18 between every pair of a DGX H100). Pairs with none are left out."""
+    return {gpu: {peer: min(links, theirs) for peer, theirs in switch_links.items() if peer != gpu and min(links, theirs) > 0}
+            for gpu, links in switch_links.items()}
+
+
 def links_between(a: GpuPlace | NicPlace, b: GpuPlace | NicPlace) -> Link:
     """The nearest level ``a`` and ``b`` share (the rule above); symmetric."""
     if isinstance(a, GpuPlace) and isinstance(b, GpuPlace):
         links = nvlinks_between(a, b)
         if links > 0:
             return Link("nvlink", links)
+    return pcie_link(a, b)
+
+
+def pcie_link(a: GpuPlace | NicPlace, b: GpuPlace | NicPlace) -> Link:
+    """The nearest level ``a`` and ``b`` share on the PCIe side, NVLinks ignored: a shared PCIe
+    switch, NUMA node, socket, else system (rules 2-5 above); symmetric. The allocator's tie-break
+    reads it where every pair is NVLinked alike (NVSwitch machines)."""
     if set(a.pcie_switches) & set(b.pcie_switches):
         return Link("pcie_switch")
     if a.numa_node is not None and a.numa_node == b.numa_node:

@@ -12,7 +12,7 @@ each GPU's ``index``, ``uuid``, ``pci_bus_id``, ``numa_node``, ``pcie_switch`` a
 Places: a device's ``pcie_switches`` are the *names* of the switches above it, root first (the
 switch it names, then its ``parent`` chain); two devices share a switch when the chains meet.
 NVLinks: every scenario's links end at NVSwitches, so a GPU pair has as many as the lesser of the
-two GPUs' counts (as ``nvidia-smi topo -m`` shows). Distances: ``runtimekit.topology.distance``'s
+two GPUs' counts (``distance.nvswitch_peers``, the rule discovery applies too). Distances: ``runtimekit.topology.distance``'s
 one rule (NVLink, a shared PCIe switch, the same NUMA node, the same socket, else system).
 NICs carry no ``device_nodes`` here (the sysfs tree names them; discovery reads it).
 """
@@ -26,7 +26,7 @@ from typing import Protocol
 
 from runtimekit.state.refs import GpuRef, PciAddress
 from runtimekit.state.topology import GpuPlace, NicPlace, Topology
-from runtimekit.topology.distance import links_between
+from runtimekit.topology.distance import links_between, nvswitch_peers
 
 __all__ = ["ScenarioData", "topology_from_scenario"]
 
@@ -90,14 +90,9 @@ def topology_from_scenario(scenario: ScenarioData, now: float = 0.0) -> Topology
     """Every GPU and NIC of ``scenario`` with its place, and the distance of every pair."""
     sockets = {numa.id: numa.socket for numa in scenario.numa_nodes}
     parents = {switch.name: switch.parent for switch in scenario.pcie_switches}
-    links = {g.index: len(g.nvlinks) for g in scenario.gpus}
-
-    def peers(index: int) -> Mapping[int, int]:
-        shared = {other: min(links[index], count) for other, count in links.items() if other != index}
-        return MappingProxyType({other: count for other, count in shared.items() if count})
-
+    fabric = nvswitch_peers({g.index: len(g.nvlinks) for g in scenario.gpus})
     gpus = tuple(GpuPlace(GpuRef(g.uuid, g.index, PciAddress.parse(g.pci_bus_id)), g.numa_node, sockets.get(g.numa_node),
-                          _chain(g.pcie_switch, parents), peers(g.index), nvswitch=bool(g.nvlinks))
+                          _chain(g.pcie_switch, parents), MappingProxyType(fabric[g.index]), nvswitch=bool(g.nvlinks))
                  for g in sorted(scenario.gpus, key=lambda g: g.index))
     nics = tuple(NicPlace(n.name, str(PciAddress.parse(n.pci_bus_id)), n.numa_node, sockets.get(n.numa_node),
                           _chain(n.pcie_switch, parents), n.rate_gbps) for n in scenario.nics)

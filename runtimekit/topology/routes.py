@@ -36,7 +36,6 @@ TOPOLOGY_PATH = "/api/v1/topology"
 
 def render_topology(topology: Topology) -> dict[str, Any]:
     """The JSON body above."""
-    order = {nic.name: position for position, nic in enumerate(topology.nics)}
     return {
         "discovered_at": datetime.fromtimestamp(topology.discovered_at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "discovered_at_unix": topology.discovered_at,
@@ -54,7 +53,7 @@ def render_topology(topology: Topology) -> dict[str, Any]:
         "gpu_links": [{"gpu": a, "peer": b, "level": link.level, "nvlinks": link.nvlinks, "cost": link.cost}
                       for (a, b), link in sorted(topology.gpu_links.items())],
         "nic_links": [{"gpu": gpu, "nic": nic, "level": link.level, "cost": link.cost}
-                      for (gpu, nic), link in sorted(topology.nic_links.items(), key=lambda item: (item[0][0], order.get(item[0][1], 0)))],
+                      for (gpu, nic), link in topology.nic_links_in_order()],
         "errors": list(topology.errors),
     }
 

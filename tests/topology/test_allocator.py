@@ -158,3 +158,50 @@ def test_iterables_are_read_once() -> None:
     """free and required may be generators (the command line passes one)."""
     got = allocate(pcie_inference(), (i for i in range(8)), 2, required=(i for i in [5]))
     assert got.gpus == (4, 5)
+
+
+def scenario(name: str) -> Topology:
+    from runtimekit.sim import load_scenario
+    from runtimekit.topology.offline import topology_from_scenario
+
+    return topology_from_scenario(load_scenario(name))
+
+
+def test_on_a_dgx_a100_one_gpu_leaves_the_pcie_pair_sharing_its_nics_whole() -> None:
+    """Every pair is NV12: GPUs 0 and 1 share a PCIe switch (and mlx5_0/mlx5_1), GPU 2 is alone."""
+    topology = scenario("dgx-a100")
+    assert allocate(topology, [0, 1, 2], 1).gpus == (2,)
+    assert brute_force(topology, [0, 1, 2], 1).gpus == (2,)
+
+
+def test_on_a_dgx_h100_one_gpu_is_taken_from_the_socket_it_leaves_empty() -> None:
+    """Every pair is NV18: 0, 1, 2 on socket 0, 4 alone on socket 1."""
+    topology = scenario("dgx-h100")
+    assert allocate(topology, [0, 1, 2, 4], 1).gpus == (4,)
+    assert brute_force(topology, [0, 1, 2, 4], 1).gpus == (4,)
+
+
+def test_on_a_dgx_a100_two_gpus_come_from_one_pcie_switch_with_its_nics() -> None:
+    topology = scenario("dgx-a100")
+    got = allocate(topology, [0, 2, 3, 4], 2, with_nics=True)
+    assert got == Allocation((2, 3), ("mlx5_2", "mlx5_3"), Link("nvlink", 12).cost)
+    assert brute_force(topology, [0, 2, 3, 4], 2).gpus == (2, 3)
+
+
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "pcie-inference"])
+def test_every_request_on_the_built_in_machines_equals_brute_force(name: str) -> None:
+    topology = scenario(name)
+    for free in ([0, 1, 2], [0, 1, 2, 4], [0, 2, 3, 4], [1, 3, 4, 5, 6], list(range(8))):
+        for count in range(1, len(free) + 1):
+            assert allocate(topology, free, count) == brute_force(topology, free, count)
+
+
+def test_equal_cost_nics_go_by_position_under_their_switch() -> None:
+    """DGX A100: GPUs 0 and 1 and NICs mlx5_0 and mlx5_1 under one switch: GPU 1 alone gets mlx5_1
+    (the NIC GPU 0 would not take), and GPU 0 alone gets mlx5_0."""
+    topology = scenario("dgx-a100")
+    assert allocate(topology, [1], 1, with_nics=True).nics == ("mlx5_1",)
+    assert allocate(topology, [0], 1, with_nics=True).nics == ("mlx5_0",)
+    assert allocate(topology, [3, 7], 2, with_nics=True).nics == ("mlx5_3", "mlx5_9")
+    assert allocate(topology, [0, 1], 2, with_nics=True).nics == ("mlx5_0", "mlx5_1")
+    assert allocate(topology, [1], 1, with_nics=True, free_nics=["mlx5_0", "mlx5_6"]).nics == ("mlx5_0",)  # cost first

@@ -64,8 +64,8 @@ def test_dgx_h100_every_pair_is_linked_through_the_nvswitch_and_each_gpu_has_its
     nics = {n.name: n for n in topology.nics}
     assert [n.name for n in topology.nics][:3] == ["mlx5_0", "mlx5_3", "mlx5_4"]  # natural order
     assert nics["mlx5_0"].pci == "0000:1a:00.0" and nics["mlx5_0"].rate_gbps == 400
-    assert nics["mlx5_0"].device_nodes == ("/dev/infiniband/uverbs0",)
-    assert nics["mlx5_11"].device_nodes == ("/dev/infiniband/uverbs7",)
+    assert nics["mlx5_0"].device_nodes == ("/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm")
+    assert nics["mlx5_11"].device_nodes == ("/dev/infiniband/uverbs7", "/dev/infiniband/rdma_cm")
     assert nics["mlx5_0"].pcie_switches == topology.gpus[0].pcie_switches
 
 
@@ -171,6 +171,49 @@ async def test_the_component_discovers_at_the_first_sample_and_again_only_when_t
         second = await published()
         assert second.errors == ("GPU 7: lost; its NVLinks were not read",)
         assert calls == [8, 8]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await topologies.aclose()
+        await part.close()
+
+
+async def test_an_nvlink_going_down_and_back_up_makes_a_new_discovery_each_time(simulated, monkeypatch) -> None:
+    from runtimekit.config import TopologyConfig
+    from runtimekit.state import TOPOLOGY, NodeState, SamplerStats
+    from runtimekit.topology import component
+
+    session, snapshot, sys_root = simulated("dgx-h100")
+    calls: list[int] = []
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[1].gpus))
+        return discover(*args, **kwargs)
+
+    monkeypatch.setattr(component, "discover", counting)
+    state = NodeState(clock=lambda: NOW)
+    part = component.TopologyComponent(state, session, TopologyConfig(sys_root=sys_root), clock=lambda: NOW)
+    await part.start()
+    task = asyncio.create_task(part.run())
+    topologies = state.watch(TOPOLOGY)
+    await anext(topologies)  # None: nothing discovered yet
+
+    async def published() -> Topology:
+        view = await asyncio.wait_for(anext(topologies), 5)
+        assert view.topology is not None
+        return view.topology
+
+    gpu0 = snapshot.gpus[0]
+    down = tuple(dataclasses.replace(link, active=False) if link.link < 4 else link for link in gpu0.nvlinks)
+    try:
+        state.publish_snapshot(snapshot, SamplerStats())
+        assert (await published()).link(0, 1) == Link("nvlink", 18)
+        state.publish_snapshot(dataclasses.replace(snapshot, gpus=(dataclasses.replace(gpu0, nvlinks=down), *snapshot.gpus[1:])),
+                               SamplerStats())
+        assert (await published()).link(0, 1) == Link("nvlink", 14)
+        state.publish_snapshot(snapshot, SamplerStats())  # back up
+        assert (await published()).link(0, 1) == Link("nvlink", 18)
+        assert calls == [8, 8, 8]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -78,7 +78,7 @@ async def test_http_answers_503_before_the_first_discovery_then_the_topology(htt
     assert {(link["level"], link["nvlinks"]) for link in body["gpu_links"]} == {("nvlink", 18)}
     assert len(body["gpu_links"]) == 28
     nic = body["nics"][0]
-    assert (nic["name"], nic["nearest_gpus"], nic["device_nodes"]) == ("mlx5_0", [0], ["/dev/infiniband/uverbs0"])
+    assert (nic["name"], nic["nearest_gpus"], nic["device_nodes"]) == ("mlx5_0", [0], ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"])
     assert {"gpu": 0, "nic": "mlx5_0", "level": "pcie_switch", "cost": 50} in body["nic_links"]
     assert body["levels"]["pcie_switch"] == 50 and body["errors"] == []
     assert body["discovered_at_unix"] == NOW and body["discovered_at"].endswith("Z")
@@ -125,7 +125,7 @@ async def test_topo_json_is_the_answer_in_protos_json_mapping(short_dir: Path, c
     body = json.loads(out)
     assert len(body["devices"]) == 8 and len(body["nics"]) == 8
     assert {(link["level"], link["links"]) for link in body["device_links"]} == {("interconnect", 18)}
-    assert body["devices"][0]["switched_fabric"] is True and body["nics"][0]["device_nodes"] == ["/dev/infiniband/uverbs0"]
+    assert body["devices"][0]["switched_fabric"] is True and body["nics"][0]["device_nodes"] == ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]
 
 
 async def test_topo_before_discovery_says_so_in_one_line(short_dir: Path, capsys) -> None:
