@@ -123,8 +123,9 @@ def parser() -> argparse.ArgumentParser:
 
     add_api_parsers(commands)
     from runtimekit.cli_topo import add_topo_parser  # topo: runtimekit.v1's client; topo allocate: offline
+    from runtimekit.topology.allocator import allocate
 
-    add_topo_parser(commands, _scenario_topology)
+    add_topo_parser(commands, _scenario_topology, allocate)
     return root
 
 

@@ -6,7 +6,7 @@ without an agent.
 
 Each cell is the nearest level two devices share (``LEGEND``); one row and one column per GPU, then
 per NIC. GPU rows also show the GPU's NUMA node and CPU socket. NIC↔NIC cells apply the same rule
-(``runtimekit.topology.distance.links_between``) to the NICs' places from the answer. Exit codes:
+(``runtimekit.state.distance.links_between``) to the NICs' places from the answer. Exit codes:
 as ``runtimekit slice``'s (0 done; 1 the agent unreachable or not ready; 2 bad usage).
 """
 
@@ -17,8 +17,8 @@ import argparse
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2
 from runtimekit.cli_slice import call, client_options, guarded, print_result, table
 from runtimekit.cli_topo_allocate import ScenarioTopology, add_allocate_parser
-from runtimekit.state.topology import NicPlace
-from runtimekit.topology.distance import links_between
+from runtimekit.state.distance import links_between
+from runtimekit.state.topology import Allocator, NicPlace
 
 __all__ = ["LEGEND", "add_topo_parser", "cell", "matrix"]
 
@@ -86,12 +86,12 @@ def _run_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_topo_parser(commands: argparse._SubParsersAction, scenario_topology: ScenarioTopology) -> None:
+def add_topo_parser(commands: argparse._SubParsersAction, scenario_topology: ScenarioTopology, allocate: Allocator) -> None:
     """Register ``topo`` (the agent's topology) and ``topo allocate`` (offline, over a scenario:
-    ``scenario_topology`` is the composition root's name -> Topology)."""
+    ``scenario_topology`` is the composition root's name -> Topology, ``allocate`` its allocator)."""
     topo = commands.add_parser("topo", parents=[client_options()],
                                help="the node's topology: GPUs and RDMA NICs, a matrix like nvidia-smi topo -m (runtimekit.v1)")
     topo.set_defaults(handler=guarded(_run_topo))
     actions = topo.add_subparsers(dest="topo_command", metavar="ACTION")
-    add_allocate_parser(actions, scenario_topology)
+    add_allocate_parser(actions, scenario_topology, allocate)
 

@@ -1,4 +1,4 @@
-"""``runtimekit topo allocate``: the allocator (runtimekit/topology/allocator.py) over a scenario's
+"""``runtimekit topo allocate``: the allocator (topology/allocator.py) over a scenario's
 topology, without an agent, for scripts and checks::
 
     runtimekit topo allocate --scenario pcie-inference --free 0,1,2,5 --count 2 [--required 5] [--nics] [-o json]
@@ -23,8 +23,7 @@ import sys
 from collections.abc import Callable
 
 from runtimekit.cli_slice import table
-from runtimekit.state.topology import Topology
-from runtimekit.topology.allocator import AllocationError, allocate
+from runtimekit.state.topology import AllocationError, Allocator, Topology
 
 __all__ = ["ScenarioTopology", "add_allocate_parser", "parse_indices"]
 
@@ -47,8 +46,10 @@ def parse_indices(text: str) -> list[int]:
     return indices
 
 
-def add_allocate_parser(topo_commands: argparse._SubParsersAction, scenario_topology: ScenarioTopology) -> None:
-    """Register ``allocate`` under ``runtimekit topo``'s subcommands."""
+def add_allocate_parser(topo_commands: argparse._SubParsersAction, scenario_topology: ScenarioTopology,
+                        allocate: Allocator) -> None:
+    """Register ``allocate`` under ``runtimekit topo``'s subcommands; the composition root hands in
+    the scenario reader and the allocator (``runtimekit.topology.allocator.allocate``)."""
     command = topo_commands.add_parser("allocate", help="the best-connected GPUs (and their NICs) of a scenario, without an agent")
     command.add_argument("--scenario", required=True, metavar="NAME", help="a built-in scenario or a YAML file")
     command.add_argument("--free", metavar="LIST", help="free GPU indices, e.g. 0,1,2,5 (default: all)")
@@ -56,10 +57,10 @@ def add_allocate_parser(topo_commands: argparse._SubParsersAction, scenario_topo
     command.add_argument("--count", required=True, type=int, metavar="N", help="how many GPUs")
     command.add_argument("--nics", action="store_true", help="pair each GPU with its nearest free RDMA NIC")
     command.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
-    command.set_defaults(handler=lambda args: run_allocate(args, scenario_topology))
+    command.set_defaults(handler=lambda args: run_allocate(args, scenario_topology, allocate))
 
 
-def run_allocate(args: argparse.Namespace, scenario_topology: ScenarioTopology) -> int:
+def run_allocate(args: argparse.Namespace, scenario_topology: ScenarioTopology, allocate: Allocator) -> int:
     try:
         free = parse_indices(args.free) if args.free is not None else None
     except ValueError as error:

@@ -42,6 +42,7 @@ from runtimekit.sampler import Sampler
 from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
 from runtimekit.supervisor import Component, ComponentSpec
+from runtimekit.topology.allocator import allocate
 from runtimekit.topology.component import TopologyComponent
 
 log = logging.getLogger("runtimekit.components")
@@ -199,7 +200,8 @@ class ApiComponent(_Task):
     """runtimekit.v1: the unix socket (mode 0600) and, when configured, TCP with TLS."""
 
     def __init__(self, shared: Shared) -> None:
-        self.server = ApiServer(shared.state, shared.slicer, shared.config)
+        allocator = allocate if shared.config.topology.enabled else None
+        self.server = ApiServer(shared.state, shared.slicer, shared.config, allocator)
 
     async def start(self) -> None:
         await self.server.start()

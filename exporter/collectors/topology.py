@@ -18,7 +18,7 @@ from prometheus_client.core import InfoMetricFamily, Metric
 from runtimekit.exporter.collectors._common import CardCollector, nonempty
 from runtimekit.exporter.family import GAUGE, Family
 from runtimekit.state import NodeView
-from runtimekit.topology.distance import nearest_gpus
+from runtimekit.state.distance import nearest_gpus
 
 DISCOVERED = "Discovered at the agent's start and again when the GPUs change."
 GBPS_TO_BYTES = 1e9 / 8  # Gb/s -> bytes per second

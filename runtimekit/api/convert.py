@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyped]
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
+from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.types import GpuSnapshot, MigDevice, is_available
 from runtimekit.state import NodeView
 from runtimekit.state.health import HEALTHY, RECOVERING, SUSPECT, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth, SliceHealth
 from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, Slice, SliceRequest
-from runtimekit.topology.discovery import gpu_ref
 
 MIB = 1 << 20  # bytes in one MiB
 DEVICE_KIND = "gpu"

@@ -34,6 +34,7 @@ from runtimekit.config import ApiConfig, Config, ConfigError
 from runtimekit.grpc_unix import remove_stale_socket
 from runtimekit.state import NodeState
 from runtimekit.state.slices import SliceService
+from runtimekit.state.topology import Allocator
 
 log = logging.getLogger("runtimekit.api")
 
@@ -66,11 +67,13 @@ class ApiServer:
     answer UNAVAILABLE). ``start`` binds and serves; ``stop`` stops and removes the socket; a
     stopped server starts again."""
 
-    def __init__(self, state: NodeState, slicer: SliceService | None, config: Config) -> None:
+    def __init__(self, state: NodeState, slicer: SliceService | None, config: Config,
+                 allocate: Allocator | None = None) -> None:
         self.socket_path = os.path.abspath(config.api_socket)
         self._api = config.api
         self._state = state
         self._slicer = slicer
+        self._allocate = allocate
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._stopped = asyncio.Event()
@@ -82,7 +85,7 @@ class ApiServer:
         credentials = tls_credentials(self._api) if self._api.tcp_listen is not None else None
         remove_stale_socket(self.socket_path)
         server = grpc.aio.server()
-        service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self._state, self._slicer), server)
+        service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self._state, self._slicer, self._allocate), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -22,6 +22,7 @@ from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api import convert, topology
 from runtimekit.state import HEALTH, SLICES, NodeState
 from runtimekit.state.slices import ErrorCode, SliceError, SliceService
+from runtimekit.state.topology import Allocator
 
 log = logging.getLogger("runtimekit.api")
 
@@ -55,11 +56,13 @@ def _required(value: str, field: str) -> str:
 
 
 class AgentServicer(service_pb2_grpc.AgentServiceServicer):
-    """runtimekit.v1.AgentService over ``state`` (NodeState) and ``slicer`` (None: disabled)."""
+    """runtimekit.v1.AgentService over ``state`` (NodeState), ``slicer`` (None: disabled) and
+    ``allocate`` (the topology allocator; None: AllocateDevices answers UNAVAILABLE)."""
 
-    def __init__(self, state: NodeState, slicer: SliceService | None) -> None:
+    def __init__(self, state: NodeState, slicer: SliceService | None, allocate: Allocator | None = None) -> None:
         self._state = state
         self._slicer = slicer
+        self._allocate = allocate
 
     def _slices(self) -> SliceService:
         if self._slicer is None:
@@ -151,7 +154,9 @@ class AgentServicer(service_pb2_grpc.AgentServiceServicer):
     async def AllocateDevices(self, request: service_pb2.AllocateDevicesRequest, context: Any
                               ) -> service_pb2.AllocateDevicesResponse:
         async def choose() -> service_pb2.AllocateDevicesResponse:
-            return topology.allocate_devices(self._state.view(), request)  # exact; milliseconds for 16 devices
+            if self._allocate is None:
+                raise SliceError("unavailable", "", "this agent serves no allocator (topology.enabled: false)")
+            return topology.allocate_devices(self._state.view(), request, self._allocate)  # exact; ms for 16 devices
 
         return await self._answer(context, choose())
 

@@ -3,7 +3,8 @@
 ``topology_message`` renders the node state's ``Topology`` (GetTopology); ``allocate_devices``
 answers AllocateDevices from one view: it validates the request (each refusal a ``SliceError``
 naming the request's field), picks the candidates, and asks the allocator
-(``runtimekit.topology.allocator.allocate``, T3's) for the best set. Level names are
+(``runtimekit.state.topology.Allocator``: the composition root hands in
+``runtimekit.topology.allocator.allocate``) for the best set. Level names are
 vendor-neutral in the API: the state's "nvlink" is "interconnect" there (proto/runtimekit/v1/node.proto,
 DeviceLink); the other levels keep their names.
 """
@@ -16,8 +17,7 @@ from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2
 from runtimekit.api.convert import device_ref, timestamp
 from runtimekit.state import NodeView
 from runtimekit.state.slices import SliceError
-from runtimekit.state.topology import Link, NicPlace, Topology
-from runtimekit.topology.allocator import AllocationError, allocate
+from runtimekit.state.topology import AllocationError, Allocator, Link, NicPlace, Topology
 
 __all__ = ["NO_TOPOLOGY", "allocate_devices", "free_whole_devices", "level_name", "topology_message"]
 
@@ -84,7 +84,8 @@ def _indices(uuids: Iterable[str], by_uuid: dict[str, int], field: str) -> set[i
     return out
 
 
-def allocate_devices(view: NodeView, request: service_pb2.AllocateDevicesRequest) -> service_pb2.AllocateDevicesResponse:
+def allocate_devices(view: NodeView, request: service_pb2.AllocateDevicesRequest,
+                     allocate: Allocator) -> service_pb2.AllocateDevicesResponse:
     """AllocateDevices over ``view``'s topology. Refusals (``SliceError``): UNAVAILABLE before the
     first discovery; INVALID_ARGUMENT for count 0, an unknown UUID, a required device that is no
     candidate, more required devices than count; RESOURCE_EXHAUSTED for fewer candidates than count."""

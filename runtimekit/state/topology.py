@@ -14,10 +14,10 @@ APIs, ``runtimekit topo`` and the metrics read it. Units: link counts; ``rate_gb
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
 from runtimekit.state.refs import GpuRef
 
@@ -94,3 +94,29 @@ class Topology:
         ``nics`` after those that are): the one order the APIs list them in."""
         position = {nic.name: n for n, nic in enumerate(self.nics)}
         return sorted(self.nic_links.items(), key=lambda item: (item[0][0], position.get(item[0][1], len(position)), item[0][1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The chosen GPUs (indices, ascending), their NICs (same order; ``""``: none, or NICs not
+    asked for) and Σ ``Link.cost`` over the chosen pairs."""
+
+    gpus: tuple[int, ...]
+    nics: tuple[str, ...]
+    cost: int
+
+
+class AllocationError(ValueError):
+    """A request that cannot be answered; ``field`` names the argument, the message the rule."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+
+
+class Allocator(Protocol):
+    """The allocator as the API reaches it (``runtimekit.topology.allocator.allocate``, handed in by
+    the composition root): the best ``count`` GPUs of ``free`` that include ``required``, with NICs."""
+
+    def __call__(self, topology: Topology, free: Iterable[int], count: int, *, required: Iterable[int] = (),
+                 with_nics: bool = False, free_nics: Iterable[str] | None = None) -> Allocation: ...

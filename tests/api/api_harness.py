@@ -15,6 +15,7 @@ from runtimekit import config as config_module
 from runtimekit._proto.runtimekit.v1 import service_pb2_grpc
 from runtimekit.api import ApiServer
 from runtimekit.state import NodeState
+from runtimekit.topology.allocator import allocate
 
 
 def api_config(directory: Path, **overrides: Any) -> config_module.Config:
@@ -35,7 +36,7 @@ async def serve(directory: Path, *, slicer: bool = True) -> AsyncIterator[Api]:
     """Serve until the generator is closed; then the channel is closed and the server stopped."""
     state = make_state()
     fake = FakeSlicer(state) if slicer else None
-    server = ApiServer(state, fake, api_config(directory))
+    server = ApiServer(state, fake, api_config(directory), allocate)
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix:{server.socket_path}")
     try:

@@ -15,10 +15,10 @@ from api_harness import Api
 from runtimekit._proto.runtimekit.v1 import service_pb2, slice_pb2
 from runtimekit.gpu.types import NOT_SUPPORTED, MigDevice, NodeSnapshot
 from runtimekit.state import SamplerStats
+from runtimekit.state.distance import links_between
 from runtimekit.state.health import HEALTHY, NONE, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth
 from runtimekit.state.refs import MigRef
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
-from runtimekit.topology.distance import links_between
 
 SWITCH_A, SWITCH_B = "0000:16:00.0", "0000:96:00.0"
 

@@ -20,9 +20,10 @@ from runtimekit.gpu.types import NodeSnapshot
 from runtimekit.kube.deviceplugin.config import load
 from runtimekit.kube.deviceplugin.service import DevicePluginService
 from runtimekit.state import NodeState, SamplerStats
+from runtimekit.state.distance import links_between
 from runtimekit.state.health import HEALTHY, NONE, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth
 from runtimekit.state.topology import GpuPlace, NicPlace, Topology
-from runtimekit.topology.distance import links_between
+from runtimekit.topology.allocator import allocate as allocator
 
 GPU = "nvidia.com/gpu"
 SWITCH_A, SWITCH_B = "0000:16:00.0", "0000:96:00.0"
@@ -53,7 +54,7 @@ async def test_the_real_agents_health_and_topology_reach_the_kubelet(short_dir: 
     state = make_state()
     publish_node(state)
     publish_health(state, unhealthy=3)
-    server = ApiServer(state, FakeSlicer(state), api_config(short_dir))
+    server = ApiServer(state, FakeSlicer(state), api_config(short_dir), allocator)
     await server.start()
     kubelet = FakeKubelet(str(short_dir / "device-plugins"))
     await kubelet.start()

@@ -1,4 +1,4 @@
-"""The allocator (runtimekit/topology/allocator.py): exact against brute force on random
+"""The allocator (topology/allocator.py): exact against brute force on random
 topologies with the real level structure, the tie-break that keeps groups whole, required GPUs,
 NICs paired optimally and never reused, and bad requests named by field."""
 

@@ -1,4 +1,4 @@
-"""Discovery when part of sysfs cannot be read (runtimekit/topology/discovery.py, runtimekit/host):
+"""Discovery when part of sysfs cannot be read (topology/discovery.py, runtimekit/host):
 bytes that are not UTF-8 in one NIC's rate, one verbs device's ibdev, one GPU's numa_node, one NUMA
 node's cpulist, a missing physical_package_id: each costs that one fact, said in ``errors`` naming
 the file; every other device is still placed. And /dev/infiniband/rdma_cm only where the host has it."""

@@ -1,4 +1,4 @@
-"""The distance rule (runtimekit.topology.distance): NVLink < a shared PCIe switch < the same NUMA
+"""The distance rule (runtimekit.state.distance): NVLink < a shared PCIe switch < the same NUMA
 node < the same socket < system; unknown places never match."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 import pytest
 
+from runtimekit.state.distance import links_between
 from runtimekit.state.refs import GpuRef
 from runtimekit.state.topology import GpuPlace, Link, NicPlace
-from runtimekit.topology.distance import links_between
 
 
 def gpu(index: int, numa: int | None = 0, socket: int | None = 0, switches: tuple[str, ...] = (),

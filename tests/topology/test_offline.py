@@ -1,4 +1,4 @@
-"""A topology from a scenario without an agent (runtimekit/topology/offline.py), and
+"""A topology from a scenario without an agent (topology/offline.py), and
 ``runtimekit topo allocate`` over it (runtimekit/cli_topo_allocate.py): the distances the built-in
 machines have, the PCIe-only server's pair under one switch, and bad input named by flag."""
 
@@ -13,6 +13,7 @@ import pytest
 from runtimekit.cli_topo_allocate import add_allocate_parser
 from runtimekit.sim import load_scenario
 from runtimekit.state.topology import Link, Topology
+from runtimekit.topology.allocator import allocate
 from runtimekit.topology.offline import topology_from_scenario
 
 
@@ -51,7 +52,7 @@ def test_dgx2_nested_switches_share_their_top_switch() -> None:
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     root = argparse.ArgumentParser(prog="runtimekit")
     topo = root.add_subparsers(dest="command").add_parser("topo").add_subparsers(dest="topo_command")
-    add_allocate_parser(topo, scenario_topology)
+    add_allocate_parser(topo, scenario_topology, allocate)
     args = root.parse_args(["topo", "allocate", *argv])
     code = args.handler(args)
     out, err = capsys.readouterr()

@@ -25,6 +25,7 @@ from runtimekit.gpu.reader import NodeReader
 from runtimekit.sim.sysfs import write_sys_tree
 from runtimekit.state import NodeState, SamplerStats
 from runtimekit.state.topology import Topology
+from runtimekit.topology.allocator import allocate
 from runtimekit.topology.discovery import discover
 from runtimekit.topology.routes import add_topology_routes
 
@@ -87,7 +88,7 @@ async def test_http_answers_503_before_the_first_discovery_then_the_topology(htt
 async def serve_topology(directory: Path, scenario: str) -> tuple[ApiServer, NodeState]:
     state, topology = discovered(scenario, directory)
     state.publish_topology(topology)
-    server = ApiServer(state, None, config_module.load(None, {"state_dir": str(directory)}))
+    server = ApiServer(state, None, config_module.load(None, {"state_dir": str(directory)}), allocate)
     await server.start()
     return server, state
 
@@ -130,7 +131,7 @@ async def test_topo_json_is_the_answer_in_protos_json_mapping(short_dir: Path, c
 
 async def test_topo_before_discovery_says_so_in_one_line(short_dir: Path, capsys) -> None:
     state = NodeState(clock=lambda: NOW)
-    server = ApiServer(state, None, config_module.load(None, {"state_dir": str(short_dir)}))
+    server = ApiServer(state, None, config_module.load(None, {"state_dir": str(short_dir)}), allocate)
     await server.start()
     try:
         code, out, err = await run(capsys, "topo", "--socket", server.socket_path)

@@ -12,7 +12,7 @@ each GPU's ``index``, ``uuid``, ``pci_bus_id``, ``numa_node``, ``pcie_switch`` a
 Places: a device's ``pcie_switches`` are the *names* of the switches above it, root first (the
 switch it names, then its ``parent`` chain); two devices share a switch when the chains meet.
 NVLinks: every scenario's links end at NVSwitches, so a GPU pair has as many as the lesser of the
-two GPUs' counts (``distance.nvswitch_peers``, the rule discovery applies too). Distances: ``runtimekit.topology.distance``'s
+two GPUs' counts (``distance.nvswitch_peers``, the rule discovery applies too). Distances: ``runtimekit.state.distance``'s
 one rule (NVLink, a shared PCIe switch, the same NUMA node, the same socket, else system).
 NICs carry no ``device_nodes`` here (the sysfs tree names them; discovery reads it).
 """
@@ -24,9 +24,9 @@ from itertools import combinations
 from types import MappingProxyType
 from typing import Protocol
 
+from runtimekit.state.distance import links_between, nvswitch_peers
 from runtimekit.state.refs import GpuRef, PciAddress
 from runtimekit.state.topology import GpuPlace, NicPlace, Topology
-from runtimekit.topology.distance import links_between, nvswitch_peers
 
 __all__ = ["ScenarioData", "topology_from_scenario"]
 

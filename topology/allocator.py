@@ -53,31 +53,13 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import TypeVar
 
-from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
-from runtimekit.topology.distance import pcie_link
+from runtimekit.state.distance import pcie_link
+from runtimekit.state.topology import Allocation, AllocationError, GpuPlace, Link, NicPlace, Topology
 
 __all__ = ["Allocation", "AllocationError", "MISSING", "allocate", "brute_force"]
 
 MISSING = Link("system")
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """The chosen GPUs (indices, ascending), their NICs (same order; ``""``: none, or NICs not
-    asked for) and Σ ``Link.cost`` over the chosen pairs."""
-
-    gpus: tuple[int, ...]
-    nics: tuple[str, ...]
-    cost: int
-
-
-class AllocationError(ValueError):
-    """A request that cannot be answered; ``field`` names the argument, the message the rule."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(f"{field}: {rule}")
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,8 @@ from typing import Any
 from aiohttp import web
 
 from runtimekit.state import NodeState
+from runtimekit.state.distance import nearest_gpus
 from runtimekit.state.topology import LEVEL_COST, Topology
-
-from .distance import nearest_gpus
 
 TOPOLOGY_PATH = "/api/v1/topology"
 

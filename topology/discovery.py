@@ -34,30 +34,17 @@ from pathlib import Path
 from types import MappingProxyType
 
 from runtimekit.gpu.nvml import GpuLostError, NvmlSession
+from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.topology import read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
 from runtimekit.host import numa_nodes, parse_cpulist, pci_device_dir, pci_numa_node, pcie_switches_above, rdma_nics, read_fact
-from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.state.distance import links_between, nvswitch_peers
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
-from .distance import links_between, nvswitch_peers
-
-__all__ = ["discover", "gpu_ref", "numa_sockets"]
+__all__ = ["discover", "numa_sockets"]
 
 #: Where a container finds a NIC's verbs device node: ``/dev/infiniband/uverbsN``.
 DEV_INFINIBAND = "/dev/infiniband"
-
-
-def gpu_ref(gpu: GpuSnapshot) -> GpuRef:
-    """The reference of a sampled GPU ("" for a UUID the driver could not give; no PCI address
-    when it could not give one)."""
-    uuid = gpu.identity.uuid if is_available(gpu.identity.uuid) else ""
-    pci = gpu.identity.pci_bus_id
-    try:
-        address = PciAddress.parse(pci) if is_available(pci) else None
-    except ValueError:  # the reader normalises it; an unreadable one is left out, not fatal
-        address = None
-    return GpuRef(uuid, gpu.index, address)
 
 
 def numa_sockets(sys_root: str, errors: list[str]) -> dict[int, int]:
