@@ -11,7 +11,7 @@ ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
 WORKDIR /src
-# runtimekit/exporter, runtimekit/healthcheck, runtimekit/slicer and runtimekit/kube are symbolic
+# runtimekit/exporter, runtimekit/healthcheck, runtimekit/slicer, runtimekit/topology and runtimekit/kube are symbolic
 # links to the top-level folders (../exporter, ...): COPY keeps the links as links, so the folders
 # they point to are copied beside runtimekit/, and the wheel holds them as runtimekit.exporter etc.
 COPY pyproject.toml README.md LICENSE ./
@@ -19,6 +19,7 @@ COPY runtimekit ./runtimekit
 COPY exporter ./exporter
 COPY healthcheck ./healthcheck
 COPY slicer ./slicer
+COPY topology ./topology
 COPY kube ./kube
 RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
