@@ -319,7 +319,7 @@ def _consume(future: asyncio.Future) -> None:
         future.exception()
 
 
-def _log_step(result: Step, slice_transitions: tuple[str, ...] = ()) -> None:
+def _log_step(result: Step, slice_transitions: tuple[str, ...]) -> None:
     for index, uuid, fault in result.new_faults:
         log.info("%s: %s %s active (%s; clears: %s): %s", who(index, uuid), fault.severity, fault.fault,
                  fault.action, fault.clears, fault.evidence)

@@ -192,9 +192,10 @@ def step(state: MachineState, data: MachineInput) -> Step:
                 events[key] = events.get(key, 0) + 1
             new_faults.append((index, uuid, fault))
         cleared.extend((index, uuid, fault) for fault in gone)
-        new_state = state_of(card_faults(faults), record.state)
+        held = card_faults(faults)
+        new_state = state_of(held, record.state)
         if new_state != record.state:
-            transitions.append(Transition(index, uuid, record.state, new_state, reason_for(card_faults(faults), card_faults(gone), new_state)))
+            transitions.append(Transition(index, uuid, record.state, new_state, reason_for(held, card_faults(gone), new_state)))
             if uuid is not None:
                 key = (uuid, record.state, new_state)
                 counts[key] = counts.get(key, 0) + 1

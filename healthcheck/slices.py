@@ -123,16 +123,16 @@ def step_slices(
     findings: Iterable[Finding],
     machine: MachineState,
     data: MachineInput,
-    usage: Mapping[str, SliceUsage] | None = None,
+    usage: Mapping[str, SliceUsage],
 ) -> SliceStep:
     """Advance every slice of ``table`` by one evaluation: ``findings`` are the slices detector's
     (``Finding.slice_id``), ``machine`` the GPU machine's state after this evaluation, ``data`` its
-    input (time, sampled or not, resets). Slices gone from the table are forgotten."""
+    input (time, sampled or not, resets), ``usage`` each slice's ``slice_usage`` (a slice absent:
+    unknown). Slices gone from the table are forgotten."""
     by_slice: dict[str, list[Finding]] = {}
     for finding in findings:
         if finding.slice_id is not None:
             by_slice.setdefault(finding.slice_id, []).append(finding)
-    usage = usage or {}
     kept: dict[str, SliceRecord] = {}
     out: list[SliceHealth] = []
     transitions: list[str] = []

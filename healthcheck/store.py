@@ -45,12 +45,12 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import load_json_file
+from runtimekit.fileio import write_atomically
 from runtimekit.healthcheck.detectors import DURABLE
 from runtimekit.healthcheck.machine import MachineInput, MachineState, step
 from runtimekit.healthcheck.statefile import (
@@ -263,28 +263,3 @@ class HealthStore:
         self._written_detectors = detectors
         self._written_at = now
         return True
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -1,9 +1,10 @@
-"""What the container layer's command lines share: the usage exit code and the one-line failure."""
+"""What the container layer's command lines share: the exit codes and the one-line failure."""
 
 from __future__ import annotations
 
 import sys
 
+EXIT_FAILURE = 1  # a failure at run time
 EXIT_USAGE = 2  # bad input: a flag, a configuration key, a file
 
 

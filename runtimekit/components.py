@@ -178,24 +178,6 @@ class ExporterComponent(_Task):
         await self.cache.run()
 
 
-class SlicerComponent(_Task):
-    """The slicer: slices on demand, journaled in STATE_DIR/slicer.db, reconciled every
-    ``slicer.reconcile_seconds``; restartable (``start`` works again after ``close``)."""
-
-    def __init__(self, shared: Shared) -> None:
-        assert shared.slicer is not None  # the row exists only when the slicer is enabled
-        self.slicer = shared.slicer
-
-    async def start(self) -> None:
-        await self.slicer.start()
-
-    async def run(self) -> None:
-        await self.slicer.run()
-
-    async def close(self) -> None:
-        await self.slicer.close()
-
-
 class ApiComponent(_Task):
     """runtimekit.v1: the unix socket (mode 0600) and, when configured, TCP with TLS."""
 
@@ -230,8 +212,9 @@ def component_table(shared: Shared) -> list[ComponentSpec]:
         table.append(ComponentSpec("health", builder(HealthComponent), True, "health verdict per GPU"))
     else:
         log.info("health checker disabled (health.enabled: false)")
-    if shared.slicer is not None:
-        table.append(ComponentSpec("slicer", builder(SlicerComponent), False, "slices: TDM shares and MIG instances"))
+    slicer = shared.slicer
+    if slicer is not None:  # a Component itself, restartable (start works again after close): the API keeps it
+        table.append(ComponentSpec("slicer", lambda: slicer, False, "slices: TDM shares and MIG instances"))
     if config.topology.enabled:
         table.append(ComponentSpec("topology", lambda: TopologyComponent(shared.state, shared.session, config.topology),
                                    False, "GPU and NIC places, pairwise distances"))

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError, MigProfile
-from runtimekit.gpu.types import NodeSnapshot, Unavailable
-from runtimekit.state.refs import GpuRef, PciAddress
+from runtimekit.gpu.refs import gpu_ref
+from runtimekit.gpu.types import NodeSnapshot, is_available
+from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
 
 from .journal import Record
@@ -85,13 +86,10 @@ def gpu_refs(snapshot: NodeSnapshot | None) -> list[tuple[GpuRef, int]]:
         return []
     out = []
     for gpu in snapshot.gpus:
-        uuid = gpu.identity.uuid
         total = gpu.memory.total_bytes if gpu.memory is not None else None
-        if gpu.lost or isinstance(uuid, Unavailable) or not isinstance(total, int):
+        if gpu.lost or not is_available(gpu.identity.uuid) or not isinstance(total, int):
             continue
-        bus = gpu.identity.pci_bus_id
-        pci = PciAddress.parse(bus) if isinstance(bus, str) else None
-        out.append((GpuRef(uuid, gpu.index, pci), total // MIB))
+        out.append((gpu_ref(gpu), total // MIB))
     return out
 
 

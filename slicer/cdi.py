@@ -29,10 +29,11 @@ itself is the isolation, so no limits are written.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
+
+from runtimekit.fileio import sync_dir, write_atomically
 
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "slice"
@@ -87,31 +88,22 @@ def spec_document(vendor: str, slice_id: str, env: list[str], annotations: dict[
 
 
 def write_spec(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` atomically (tmp, fsync, rename, fsync of the folder), mode 0644.
-    The folder is created (0755) when missing. OSError when it cannot be written."""
+    """Write ``document`` to ``path`` atomically (``runtimekit.fileio``), mode 0644. The folder is
+    created when missing. OSError when it cannot be written."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)  # the umask may have narrowed it
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _sync_dir(path.parent)
+    write_atomically(path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(), mode=FILE_MODE)
 
 
 def remove_spec(path: Path) -> bool:
     """Remove a spec (and a temporary file left beside it); True when the spec was there (not
     when it is missing, nor when its folder is not a folder)."""
     try:
-        path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+        for leftover in path.parent.glob(f".{path.name}.tmp*"):  # a writer killed mid-write
+            leftover.unlink(missing_ok=True)
         path.unlink()
     except (FileNotFoundError, NotADirectoryError):
         return False
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
     return True
 
 
@@ -127,11 +119,3 @@ def slice_specs(cdi_dir: str | Path, vendor: str) -> dict[str, Path]:
         if name.startswith(prefix) and name.endswith(".json") and _ID.fullmatch(name[len(prefix):-5]):
             found[name[len(prefix):-5]] = entry
     return found
-
-
-def _sync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.config import SlicerConfig
 from runtimekit.failpoints import failpoint
 from runtimekit.gpu.mig import MigControl, MigOpError
@@ -185,7 +186,7 @@ class Slicer:
             self._recovered = True
             destroyed = destroy_orphans(books, cards, snapshot, view.attribution, self._orphans, self._clock())
             removed = remove_stray_specs(books, self._config.cdi_dir)
-            self._reclaim(books)
+            self._reclaim(books, view.attribution)
         except (SliceError, OSError) as error:
             if str(error) != self._last_problem:
                 log.warning("slicer reconciliation failed: %s", error)
@@ -198,10 +199,10 @@ class Slicer:
         self._publish(refresh=outcome.changed)
         return outcome
 
-    def _reclaim(self, books: Books) -> None:
-        """Delete the ready slices whose pod owner has been gone for the grace period."""
+    def _reclaim(self, books: Books, attribution: AttributionSnapshot | None) -> None:
+        """Delete the ready slices whose pod owner has been gone for the grace period (the live
+        pods from ``attribution``, the pass's view)."""
         ready = [(r.id, r.spec.owner) for r in books.records.values() if r.phase == "ready"]
-        attribution = self._state.view().attribution
         live = attribution.pod_uids if attribution is not None else None  # None: unknown, nothing is gone
         for slice_id in self._owners.due(ready, live, self._clock()):
             log.info("slice %s: its owner %s is gone; deleting it", slice_id, books.records[slice_id].spec.owner)

@@ -37,7 +37,7 @@ from runtimekit.gpu.nvml import GpuLostError, NvmlSession
 from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.topology import read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
-from runtimekit.host import numa_nodes, parse_cpulist, pci_device_dir, pci_numa_node, pcie_switches_above, rdma_nics, read_fact
+from runtimekit.host import device_numa_node, device_switches, numa_nodes, parse_cpulist, pci_device_dir, rdma_nics, read_fact
 from runtimekit.state.distance import links_between, nvswitch_peers
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
@@ -112,15 +112,16 @@ def _place(bus_id: str, what: str, sys_root: str, errors: list[str]) -> tuple[tu
     """(PCIe switches above, NUMA node) of PCI function ``bus_id`` from sysfs; each fact that
     cannot be read (OSError, bytes that are not UTF-8) is said in ``errors`` and left unknown."""
     try:
-        if pci_device_dir(bus_id, sys_root) is None:
+        device = pci_device_dir(bus_id, sys_root)  # resolved once; both facts are read from it
+        if device is None:
             errors.append(f"{what}: PCI function {bus_id} is not in {sys_root}/bus/pci/devices")
             return (), None
-        switches = tuple(pcie_switches_above(bus_id, sys_root))
+        switches = tuple(device_switches(device))
     except (OSError, ValueError) as error:
         errors.append(f"{what}: reading its sysfs entry failed: {error}")
         return (), None
     try:
-        return switches, pci_numa_node(bus_id, sys_root)
+        return switches, device_numa_node(device)
     except (OSError, ValueError) as error:
         errors.append(f"{what}: reading its numa_node failed: {error}")
         return switches, None

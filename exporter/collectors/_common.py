@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 from runtimekit.exporter.family import COUNTER, GAUGE, Family
 from runtimekit.gpu.types import GpuSnapshot, Unavailable, is_available
 from runtimekit.state import NodeView
+from runtimekit.state.health import ActiveFault
 
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 
@@ -82,3 +83,19 @@ def text(value: object) -> str:
     if value is None or not is_available(value):
         return ""
     return str(value)
+
+
+def policy_labels(fault: ActiveFault) -> list[str]:
+    """fault, severity, action, class ("" for a fault recorded before the policy carried classes)."""
+    return [fault.fault, fault.severity, fault.action, fault.fault_class]
+
+
+def unique_faults(faults: Iterable[ActiveFault]) -> Iterator[ActiveFault]:
+    """One series per label set (``policy_labels``): a card-wide fault raised from several MIG
+    instances is one fault on the GPU; a slice's faults likewise (the health and slices collectors)."""
+    seen = set()
+    for fault in faults:
+        key = tuple(policy_labels(fault))
+        if key not in seen:
+            seen.add(key)
+            yield fault

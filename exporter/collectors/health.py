@@ -18,14 +18,14 @@ absent until the checker's first evaluation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, counter, gauge, nonempty, policy_labels, unique_faults
 from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
-from runtimekit.state.health import STATES, ActiveFault  # the base's vocabulary: one order of states
+from runtimekit.state.health import STATES  # the base's vocabulary: one order of states
 
 FAULT_LABELS = (*GPU_LABELS, "fault", "severity")
 # The active-fault gauges also carry the fault policy's action and class (healthcheck/policy.yaml):
@@ -87,12 +87,12 @@ class HealthCollector(CardCollector):
             index_of[gpu.uuid] = labels[0]
             for state in STATES:
                 gpu_state.add_metric([*labels, state], 1.0 if state == gpu.state else 0.0)
-            for held in _unique(gpu.faults):
-                active.add_metric([*labels, *_policy_labels(held)], 1.0)
+            for held in unique_faults(gpu.faults):
+                active.add_metric([*labels, *policy_labels(held)], 1.0)
         for state in STATES:
             node.add_metric([state], 1.0 if state == health.state else 0.0)
-        for held in _unique(health.faults):
-            node_active.add_metric(_policy_labels(held), 1.0)
+        for held in unique_faults(health.faults):
+            node_active.add_metric(policy_labels(held), 1.0)
         for (fault, severity), count in sorted(health.node_fault_events_total.items()):
             node_events.add_metric([fault, severity], float(count))
         for (uuid, fault, severity), count in sorted(health.fault_events_total.items()):
@@ -103,20 +103,3 @@ class HealthCollector(CardCollector):
                 transitions.add_metric([index_of[uuid], uuid, before, after], float(count))
         seconds.add_metric([], health.detector_seconds)
         yield from nonempty(gpu_state, active, events, transitions, node, node_active, node_events, seconds)
-
-
-def _policy_labels(fault: ActiveFault) -> list[str]:
-    """fault, severity, action, class ("" for a fault recorded before the policy carried classes)."""
-    return [fault.fault, fault.severity, fault.action, fault.fault_class]
-
-
-def _unique(faults: Iterable[ActiveFault]) -> Iterator[ActiveFault]:
-    """One series per label set: a card-wide fault raised from several MIG instances is one fault on
-    the GPU. (Instance-scoped faults are not the GPU's: ``GpuHealth.instance_faults``, exported per
-    slice by the slices collector.)"""
-    seen = set()
-    for fault in faults:
-        key = tuple(_policy_labels(fault))
-        if key not in seen:
-            seen.add(key)
-            yield fault

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty
+from runtimekit.exporter.collectors._common import GPU_LABELS, CardCollector, add, gauge, nonempty, policy_labels, unique_faults
 from runtimekit.exporter.family import Family
 from runtimekit.state import NodeView
 from runtimekit.state.health import STATES
@@ -70,12 +70,8 @@ class SlicesCollector(CardCollector):
             add(utilization, labels, sh.utilization)
             for state in STATES:
                 health.add_metric([*labels, state], 1.0 if state == sh.state else 0.0)
-            seen = set()
-            for f in sh.faults:
-                key = (f.fault, f.severity, f.action, f.fault_class)
-                if key not in seen:
-                    seen.add(key)
-                    active.add_metric([*labels, *key], 1.0)
+            for held in unique_faults(sh.faults):
+                active.add_metric([*labels, *policy_labels(held)], 1.0)
         for index, device in sorted(table.devices.items()):
             card = (str(index), device.gpu.uuid)
             for name in SLICE_MODES:

@@ -14,9 +14,7 @@ import argparse
 import logging
 import sys
 
-from runtimekit.kube.cli_common import EXIT_USAGE, fail
-
-EXIT_FAILURE = 1
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
 
 
 def add_device_plugin_parser(commands: argparse._SubParsersAction) -> None:

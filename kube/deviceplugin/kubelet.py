@@ -21,6 +21,12 @@ from runtimekit.grpc_unix import UnixRpcClient
 VERSION = "v1beta1"
 
 
+def plugin_options() -> api_pb2.DevicePluginOptions:
+    """What every plugin of this process supports, as it registers and as GetDevicePluginOptions
+    answers: no PreStartContainer, GetPreferredAllocation served."""
+    return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
 class _RegistrationStub(Protocol):
     def Register(self, request: api_pb2.RegisterRequest, *, timeout: float) -> Awaitable[api_pb2.Empty]: ...
 
@@ -36,10 +42,8 @@ class KubeletRegistration(UnixRpcClient[_RegistrationStub]):
 
     async def register(self, endpoint: str, resource: str) -> None:
         """Register ``resource`` served on ``endpoint`` (a file name in the kubelet's directory)."""
-        request = api_pb2.RegisterRequest(
-            version=VERSION, endpoint=endpoint, resource_name=resource,
-            options=api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
-        )
+        request = api_pb2.RegisterRequest(version=VERSION, endpoint=endpoint, resource_name=resource,
+                                          options=plugin_options())
         await self._call("Register", lambda stub, timeout: stub.Register(request, timeout=timeout))
 
 

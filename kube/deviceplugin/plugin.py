@@ -19,7 +19,7 @@ from runtimekit._proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from runtimekit.grpc_unix import UnixGrpcServer
 
 from .allocation import Allocator
-from .kubelet import file_identity
+from .kubelet import file_identity, plugin_options
 from .watch import DeviceWatch
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                                      ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+        return plugin_options()
 
     async def ListAndWatch(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                            ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:

@@ -17,9 +17,7 @@ import logging
 import sys
 import time
 
-from runtimekit.kube.cli_common import EXIT_USAGE, fail
-
-EXIT_FAILURE = 1
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
 
 
 def add_remediate_parser(commands: argparse._SubParsersAction) -> None:

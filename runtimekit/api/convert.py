@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyp
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
 from runtimekit.gpu.refs import gpu_ref
-from runtimekit.gpu.types import GpuSnapshot, MigDevice, is_available
+from runtimekit.gpu.types import GpuSnapshot, MigDevice, NodeSnapshot, is_available
 from runtimekit.state import NodeView
 from runtimekit.state.health import HEALTHY, RECOVERING, SUSPECT, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth, SliceHealth
 from runtimekit.state.refs import GpuRef
@@ -57,6 +57,16 @@ def slice_request(message: service_pb2.CreateSliceRequest) -> SliceRequest:
         owner_id=message.owner_id,
         priority=message.priority,
     )
+
+
+def gpu_refs(snapshot: NodeSnapshot | None) -> dict[int, GpuRef]:
+    """The sampled GPUs' refs by index (their PCI addresses for ``DeviceRef``); {} before a sample."""
+    return {gpu.index: gpu_ref(gpu) for gpu in snapshot.gpus} if snapshot is not None else {}
+
+
+def _health_ref(refs: dict[int, GpuRef], index: int, uuid: str) -> slice_pb2.DeviceRef:
+    """The DeviceRef of a verdict's GPU: its sampled ref, else one from the verdict's index and UUID."""
+    return device_ref(refs.get(index, GpuRef(uuid, index)))
 
 
 def device_ref(gpu: GpuRef) -> slice_pb2.DeviceRef:
@@ -123,7 +133,7 @@ def device_health(health: GpuHealth) -> node_pb2.DeviceHealth:
 def slice_health(health: SliceHealth, refs: dict[int, GpuRef]) -> node_pb2.SliceHealth:
     return node_pb2.SliceHealth(
         slice_id=health.id,
-        ref=device_ref(refs.get(health.gpu_index, GpuRef(health.gpu_uuid, health.gpu_index))),
+        ref=_health_ref(refs, health.gpu_index, health.gpu_uuid),
         partition_gpu_instance_id=health.gpu_instance_id,  # None leaves the optional field absent
         state=_HEALTH_STATES.get(health.state, node_pb2.HEALTH_STATE_UNSPECIFIED),
         action=health.action,
@@ -145,7 +155,7 @@ def node_health(health: NodeHealth | None, refs: dict[int, GpuRef]) -> node_pb2.
         evaluated_at=timestamp(health.evaluated_at),
         faults=[fault_message(fault) for fault in health.faults],
         devices=[
-            node_pb2.DeviceHealthEntry(ref=device_ref(refs.get(gpu.index, GpuRef(gpu.uuid, gpu.index))), health=device_health(gpu))
+            node_pb2.DeviceHealthEntry(ref=_health_ref(refs, gpu.index, gpu.uuid), health=device_health(gpu))
             for gpu in sorted(health.gpus, key=lambda gpu: gpu.index)
         ],
         slices=[slice_health(item, refs) for item in sorted(health.slices, key=lambda item: item.id)],
@@ -197,7 +207,7 @@ def node_message(view: NodeView, slicer_enabled: bool) -> node_pb2.Node:
     """The node from one view: sampled devices by index, their slicing and health, the verdict."""
     snapshot = view.snapshot
     gpus = {gpu.index: gpu for gpu in snapshot.gpus} if snapshot is not None else {}
-    refs = {index: gpu_ref(gpu) for index, gpu in gpus.items()}
+    refs = gpu_refs(snapshot)
     health = {gpu.index: gpu for gpu in view.health.gpus} if view.health is not None else {}
     node = node_pb2.Node(slicer_enabled=slicer_enabled, health=node_health(view.health, refs))
     for index in sorted(gpus):

@@ -163,5 +163,4 @@ class AgentServicer(service_pb2_grpc.AgentServiceServicer):
     async def WatchHealth(self, request: service_pb2.WatchHealthRequest, context: Any
                           ) -> AsyncIterator[service_pb2.WatchHealthResponse]:
         async for view in self._state.watch(HEALTH):
-            refs = {gpu.index: convert.gpu_ref(gpu) for gpu in view.snapshot.gpus} if view.snapshot is not None else {}
-            yield service_pb2.WatchHealthResponse(health=convert.node_health(view.health, refs))
+            yield service_pb2.WatchHealthResponse(health=convert.node_health(view.health, convert.gpu_refs(view.snapshot)))

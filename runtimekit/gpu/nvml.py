@@ -259,7 +259,6 @@ ROW_WRAPPERS: dict[str, Callable[..., list[tuple[int, ...]]]] = {
 }
 
 
-
 # -- MIG calls whose arguments are C arrays or structs ---------------------------------------------
 #
 # pynvml leaves these arrays to the caller; the wrappers below allocate them, so that no module but

@@ -6,7 +6,15 @@ fixture tree. ``runtimekit sim record`` uses it; topology discovery can share it
 """
 
 from .nics import RdmaNic, rdma_nics
-from .pci import normalise_bus_id, pci_device_dir, pci_numa_node, pci_path, pcie_switches_above
+from .pci import (
+    device_numa_node,
+    device_switches,
+    normalise_bus_id,
+    pci_device_dir,
+    pci_numa_node,
+    pci_path,
+    pcie_switches_above,
+)
 from .sysfs import DEFAULT_SYS_ROOT, NumaNode, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, read_fact
 
 __all__ = [
@@ -14,6 +22,8 @@ __all__ = [
     "NumaNode",
     "RdmaNic",
     "cpu_sockets",
+    "device_numa_node",
+    "device_switches",
     "format_cpulist",
     "normalise_bus_id",
     "numa_nodes",

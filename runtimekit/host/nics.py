@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pci import normalise_bus_id
+from .pci import normalise_bus_id, numa_node_id
 from .sysfs import DEFAULT_SYS_ROOT, read_fact
 
 __all__ = ["RdmaNic", "rdma_nics"]
@@ -25,10 +25,6 @@ class RdmaNic:
     pci_bus_id: str  # the one spelling, "0000:1a:00.0" (runtimekit.state.refs)
     numa_node: int | None
     rate_gbps: int
-
-
-def _numa(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
 
 
 def _gbps(text: str) -> int:
@@ -56,7 +52,7 @@ def rdma_nics(sys_root: str | Path = DEFAULT_SYS_ROOT, errors: list[str] | None 
         bus = normalise_bus_id(dev.name)
         if bus is None:
             continue
-        numa = read_fact(dev / "numa_node", _numa, None, f"NIC {d.name}", errors)
+        numa = read_fact(dev / "numa_node", numa_node_id, None, f"NIC {d.name}", errors)
         gbps = read_fact(d / "ports/1/rate", _gbps, 0, f"NIC {d.name}", errors)
         out.append(RdmaNic(d.name, bus, numa, gbps))
     return out

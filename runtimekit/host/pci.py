@@ -20,8 +20,10 @@ from runtimekit.state.refs import normal_pci
 
 from .sysfs import DEFAULT_SYS_ROOT
 
-__all__ = ["normalise_bus_id", "pci_device_dir", "pci_numa_node", "pci_path", "pcie_switches_above"]
-
+__all__ = [
+    "device_numa_node", "device_switches", "normalise_bus_id", "numa_node_id", "pci_device_dir", "pci_numa_node",
+    "pci_path", "pcie_switches_above",
+]
 
 
 def normalise_bus_id(bus_id: str) -> str | None:
@@ -42,27 +44,48 @@ def pci_device_dir(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> Path
     return link.resolve() if link.exists() else None
 
 
-def pci_numa_node(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> int | None:
-    """NUMA node of PCI function ``bus_id`` (sysfs ``numa_node``); None when absent or -1."""
-    d = pci_device_dir(bus_id, sys_root)
-    f = d / "numa_node" if d else None
-    if f is None or not f.is_file():
-        return None
-    text = f.read_text().strip()
+def numa_node_id(text: str) -> int | None:
+    """A sysfs ``numa_node`` (stripped) as a node id; None for -1 (no NUMA affinity) or anything
+    that is not a node number."""
     return int(text) if text.isdigit() else None
 
 
-def pci_path(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> list[str]:
-    """Bus ids of the bridges from the root port down to the device's parent (NVML form);
-    [] when the device is absent or sits right on the root complex."""
+def device_numa_node(device_dir: Path) -> int | None:
+    """NUMA node of the PCI function whose resolved sysfs directory is ``device_dir`` (its
+    ``numa_node``); None when absent or -1."""
+    f = device_dir / "numa_node"
+    return numa_node_id(f.read_text().strip()) if f.is_file() else None
+
+
+def pci_numa_node(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> int | None:
+    """NUMA node of PCI function ``bus_id`` (sysfs ``numa_node``); None when absent or -1."""
     d = pci_device_dir(bus_id, sys_root)
-    if d is None:
-        return []
-    bridges = [normalise_bus_id(part) for part in d.parent.parts]
+    return device_numa_node(d) if d is not None else None
+
+
+def _bridges(device_dir: Path) -> list[str]:
+    """Bus ids of the bridges from the root port down to ``device_dir``'s parent (the path
+    components that are PCI addresses), in the one spelling."""
+    bridges = [normalise_bus_id(part) for part in device_dir.parent.parts]
     return [b for b in bridges if b is not None]
+
+
+def pci_path(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> list[str]:
+    """Bus ids of the bridges from the root port down to the device's parent (the one spelling,
+    "0000:16:00.0"); [] when the device is absent or sits right on the root complex."""
+    d = pci_device_dir(bus_id, sys_root)
+    return _bridges(d) if d is not None else []
+
+
+def device_switches(device_dir: Path) -> list[str]:
+    """Upstream-port bus ids of the PCIe switches above the PCI function whose resolved sysfs
+    directory is ``device_dir``, nearest the root first (each switch is an upstream port followed
+    by a downstream port)."""
+    return _bridges(device_dir)[1::2]
 
 
 def pcie_switches_above(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> list[str]:
     """Upstream-port bus ids of the PCIe switches between the root port and the device, nearest
-    the root first (each switch is an upstream port followed by a downstream port)."""
-    return pci_path(bus_id, sys_root)[1::2]
+    the root first; [] when the device is absent (``device_switches``)."""
+    d = pci_device_dir(bus_id, sys_root)
+    return device_switches(d) if d is not None else []

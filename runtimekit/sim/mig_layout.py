@@ -7,18 +7,18 @@ GPU instances with profile and placement, their compute instances and MIG UUIDs)
 and restores it at the next start in the same state directory — the same "boot". A simulated
 reboot or GPU reset clears instances exactly as the driver does, and that is saved too.
 
-The file is JSON, written atomically (temporary file, fsync, rename), as the simulation's own
+The file is JSON, written atomically (``runtimekit.fileio``), as the simulation's own
 state: nothing here is the agent's logic.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import DocumentError, load_json_file
+from runtimekit.fileio import write_atomically
 
 from .faults import FaultError
 from .mig_profiles import ci_profile
@@ -92,9 +92,4 @@ class MigLayoutFile:
         self.save(node)
 
     def save(self, node: SimulatedNode) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(layout(node), out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(layout(node)).encode())

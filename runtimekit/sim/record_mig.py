@@ -15,6 +15,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+from runtimekit.gpu.convert import nvml_text
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.types import GpuSnapshot, is_available
 
@@ -26,10 +27,6 @@ MiB = 1 << 20
 _GI_PROFILE_ENUMS = range(0x12)  # NVML_GPU_INSTANCE_PROFILE_1_SLICE .. _COUNT (pynvml 13.615.71)
 _CI_PROFILE_ENUMS = range(0x9)  # NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE .. _COUNT
 _ENGINE_SHARED = 0  # NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _handles(session: NvmlSession, symbol: str, parent: Any, profile_id: int, most: int) -> list[Any]:
@@ -47,7 +44,7 @@ def _compute_instances(session: NvmlSession, gi: ctypes.c_void_p) -> list[str]:
         info = session.call("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, enum, _ENGINE_SHARED)
         if is_available(info):
             found = _handles(session, "nvmlGpuInstanceGetComputeInstances", gi, info.id, info.instanceCount)
-            names += [_text(info.name)] * len(found)
+            names += [nvml_text(info.name)] * len(found)
     return names
 
 
@@ -73,7 +70,7 @@ def read_mig(session: NvmlSession, gpu: GpuSnapshot, placeholder: Callable[[str]
         for gi in _handles(session, "nvmlDeviceGetGpuInstances", handle, info.id, info.instanceCount):
             gi_info = session.call("nvmlGpuInstanceGetInfo", gi)
             if is_available(gi_info):
-                entry = {"profile": _text(info.name), "placement": int(gi_info.placement.start),
+                entry = {"profile": nvml_text(info.name), "placement": int(gi_info.placement.start),
                          "compute_instances": _compute_instances(session, gi)}
                 instances.append((int(gi_info.id), entry))
     if not instances:

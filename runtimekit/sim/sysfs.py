@@ -29,7 +29,8 @@ import os
 import shutil
 from pathlib import Path
 
-from runtimekit.host import format_cpulist, normalise_bus_id, parse_cpulist
+from runtimekit.host import format_cpulist, parse_cpulist
+from runtimekit.state.refs import normal_pci
 
 from .scenario_types import Scenario
 from .topology import SimTopology
@@ -51,12 +52,6 @@ def ib_rate_text(gbps: int) -> str:
     """sysfs ``ports/1/rate`` of a 4X port: 400 -> "400 Gb/sec (4X NDR)"."""
     speed = _IB_SPEEDS.get(gbps)
     return f"{gbps} Gb/sec (4X {speed})" if speed else f"{gbps} Gb/sec (4X)"
-
-
-def _sysfs_name(bus_id: str) -> str:
-    name = normalise_bus_id(bus_id)
-    assert name is not None, bus_id  # validated by the scenario
-    return name
 
 
 def _write(path: Path, text: str) -> None:
@@ -85,17 +80,18 @@ def write_sys_tree(scenario: Scenario, sys_root: Path) -> None:
         bridges = topo.paths[bus_id]
         d = sys_root / "devices" / topo.host_bridge(bus_id)
         for hop in (*bridges, bus_id):
-            d = d / _sysfs_name(hop)
+            d = d / normal_pci(hop)
             if hop not in dirs:
                 dirs[hop] = d
                 vendor, device, cls = kind.get(hop, (_BRIDGE_VENDOR, "0xc030", _CLASS_BRIDGE))
                 for name, text in (("vendor", vendor), ("device", device), ("class", cls),
                                    ("numa_node", str(numa_of[bus_id]))):
                     _write(d / name, text)
-                _link(sys_root / "bus/pci/devices" / _sysfs_name(hop), d)
+                _link(sys_root / "bus/pci/devices" / normal_pci(hop), d)
     for n in scenario.numa_nodes:
-        _write(sys_root / f"devices/system/node/node{n.id}/cpulist", format_cpulist(parse_cpulist(n.cpus)))
-        for cpu in parse_cpulist(n.cpus):
+        cpus = parse_cpulist(n.cpus)
+        _write(sys_root / f"devices/system/node/node{n.id}/cpulist", format_cpulist(cpus))
+        for cpu in cpus:
             _write(sys_root / f"devices/system/cpu/cpu{cpu}/topology/physical_package_id", str(n.socket))
     for i, nic in enumerate(scenario.nics):
         function = dirs[nic.pci_bus_id.upper()]

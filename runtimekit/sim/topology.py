@@ -35,12 +35,9 @@ class SimTopology:
         self.paths = pci_paths(scenario.pcie_switches, devices)
         self._socket = {n.id: n.socket for n in scenario.numa_nodes}
 
-    def socket_of_numa(self, numa_node: int) -> int:
-        """The CPU socket NUMA node ``numa_node`` is on."""
-        return self._socket[numa_node]
-
     def gpu_socket(self, gpu: int) -> int:
-        return self.socket_of_numa(self.scenario.gpus[gpu].numa_node)
+        """The CPU socket GPU ``gpu`` is on (that of its NUMA node)."""
+        return self._socket[self.scenario.gpus[gpu].numa_node]
 
     def switches_above(self, bus_id: str) -> tuple[str, ...]:
         """Upstream-port bus ids of the PCIe switches above ``bus_id``, root first."""

@@ -132,7 +132,7 @@ class Slice:
     reason: str = ""  # why it is in its state, in words ("" when nothing to say)
 
 
-DeviceModeName = Literal["tdm", "mig"]
+DeviceModeName = SliceMode  # a card is in the mode of the slices it takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +160,6 @@ class SliceTable:
 
     def on_gpu(self, index: int) -> tuple[Slice, ...]:
         return tuple(s for s in self.slices.values() if s.gpu.index == index)
-
-    def by_mig(self, gpu_index: int, gpu_instance_id: int) -> Slice | None:
-        """The slice made of this MIG GPU instance, if any."""
-        for s in self.slices.values():
-            if s.mig is not None and s.gpu.index == gpu_index and s.mig.gpu_instance_id == gpu_instance_id:
-                return s
-        return None
 
 
 class SliceService(Protocol):

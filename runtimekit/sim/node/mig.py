@@ -22,7 +22,17 @@ from typing import Any
 
 from ..events import NO_INSTANCE
 from ..faults import FaultError
-from ..mig_profiles import MigGeometry, ci_conflict, ci_profile, ci_profiles, geometry_for, gi_conflict, pick_ci_start, pick_gi_start
+from ..mig_profiles import (
+    GiProfile,
+    MigGeometry,
+    ci_conflict,
+    ci_profile,
+    ci_profiles,
+    geometry_for,
+    gi_conflict,
+    pick_ci_start,
+    pick_gi_start,
+)
 from .state import MiB, NodeCore, _ComputeInstance, _Gpu, _GpuInstance
 
 __all__ = ["MigPart", "MigError", "MIG_KINDS"]
@@ -119,9 +129,7 @@ class MigPart(NodeCore):
         """How many more instances of ``profile_id`` could be created now."""
         with self._lock:
             geometry, g = self._mig_on(gpu)
-            profile = geometry.by_id(profile_id)
-            if profile is None:
-                raise MigError("invalid_argument", f"profile: {profile_id} is not a GPU instance profile id of GPU {gpu}")
+            profile = _gi_profile(geometry, gpu, profile_id)
             taken = [(gi.profile, gi.start) for gi in g.gis.values()]
             n = 0
             while (start := pick_gi_start(taken, profile)) is not None:
@@ -134,18 +142,13 @@ class MigPart(NodeCore):
         choice, ``pick_gi_start``). Raises MigError: invalid_argument, insufficient_resources."""
         with self._lock:
             geometry, g = self._mig_on(gpu)
-            profile = geometry.by_id(profile_id)
-            if profile is None:
-                raise MigError("invalid_argument", f"profile: {profile_id} is not a GPU instance profile id of GPU {gpu}")
+            profile = _gi_profile(geometry, gpu, profile_id)
             taken = [(gi.profile, gi.start) for gi in g.gis.values()]
             if start is None:
                 start = pick_gi_start(taken, profile)
                 if start is None:
                     raise MigError("insufficient_resources", f"profile: no free placement for {profile.name} on GPU {gpu}")
-            conflict = gi_conflict(taken, profile, start)
-            if conflict is not None:
-                kind, why = conflict
-                raise MigError("invalid_argument" if kind == "invalid" else "insufficient_resources", f"placement: {why}")
+            _refuse_conflict(gi_conflict(taken, profile, start))
             gi_id = next(i for i in range(1, len(g.gis) + 2) if i not in g.gis)
             gi = g.gis[gi_id] = _GpuInstance(gi_id, profile, start)
             self._mig_changed()
@@ -176,10 +179,7 @@ class MigPart(NodeCore):
                 start = pick_ci_start(taken, profile)
                 if start is None:
                     raise MigError("insufficient_resources", f"profile: no free placement for {profile.name} in GPU instance {gi_id}")
-            conflict = ci_conflict(taken, profile, start)
-            if conflict is not None:
-                kind, why = conflict
-                raise MigError("invalid_argument" if kind == "invalid" else "insufficient_resources", f"placement: {why}")
+            _refuse_conflict(ci_conflict(taken, profile, start))
             ci_id = next(i for i in range(len(gi.cis) + 1) if i not in gi.cis)
             name = f"{self.gpu(gpu).uuid}/{gi.id}/{ci_id}/{gi.profile.id}@{gi.start}/{profile.id}@{start}"
             ci = gi.cis[ci_id] = _ComputeInstance(ci_id, profile, start, f"MIG-{_uuid.uuid5(_UUID_NS, name)}")
@@ -279,3 +279,19 @@ class MigPart(NodeCore):
                 by_name = {p.name: p for p in ci_profiles(profile)}
                 for ci_name in inst.compute_instances:
                     self.create_compute_instance(g.spec.index, gi.id, by_name[ci_name].id)
+
+
+def _gi_profile(geometry: MigGeometry, gpu: int, profile_id: int) -> GiProfile:
+    """The GPU instance profile of ``profile_id`` (MigError invalid_argument when the GPU has none)."""
+    profile = geometry.by_id(profile_id)
+    if profile is None:
+        raise MigError("invalid_argument", f"profile: {profile_id} is not a GPU instance profile id of GPU {gpu}")
+    return profile
+
+
+def _refuse_conflict(conflict: tuple[str, str] | None) -> None:
+    """Raise what the driver answers for a placement ``gi_conflict`` / ``ci_conflict`` refused:
+    invalid_argument for a start the profile does not allow, insufficient_resources for an overlap."""
+    if conflict is not None:
+        kind, why = conflict
+        raise MigError("invalid_argument" if kind == "invalid" else "insufficient_resources", f"placement: {why}")
