@@ -51,7 +51,7 @@ def test_buf_breaking_against_the_released_v1_passes(buf: str) -> None:
 
 
 @pytest.mark.parametrize("file,old,new,reported", [
-    (SERVICE, "string owner_id = 7;", "string owner_id = 9;", 'Previously present field "7" with name "owner_id"'),
+    (SERVICE, "string owner_id = 7;", "string owner_id = 11;", 'Previously present field "7" with name "owner_id"'),
     (SLICE, "  uint64 memory_bytes = 8;\n", "", 'Previously present field "8" with name "memory_bytes"'),
     (SLICE, "string cdi_device = 14;", "bytes cdi_device = 14;", 'changed type from "string" to "bytes"'),
     (SERVICE, "  rpc GetSlice(GetSliceRequest) returns (GetSliceResponse);\n", "", 'Previously present RPC "GetSlice"'),

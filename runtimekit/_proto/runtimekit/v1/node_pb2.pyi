@@ -99,7 +99,7 @@ class Capacity(_message.Message):
     def __init__(self, compute_percent_total: _Optional[int] = ..., compute_percent_free: _Optional[int] = ..., memory_bytes_total: _Optional[int] = ..., memory_bytes_usable: _Optional[int] = ..., memory_bytes_free: _Optional[int] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health", "partitions")
+    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health", "partitions", "partition_profiles", "partition_memory_slices", "partition_compute_slices")
     REF_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,9 @@ class Device(_message.Message):
     SLICE_IDS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_PROFILES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_MEMORY_SLICES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COMPUTE_SLICES_FIELD_NUMBER: _ClassVar[int]
     ref: _slice_pb2.DeviceRef
     model: str
     memory_bytes: int
@@ -122,7 +125,10 @@ class Device(_message.Message):
     slice_ids: _containers.RepeatedScalarFieldContainer[str]
     health: DeviceHealth
     partitions: _containers.RepeatedCompositeFieldContainer[_slice_pb2.Partition]
-    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[_slice_pb2.Partition, _Mapping]]] = ...) -> None: ...
+    partition_profiles: _containers.RepeatedCompositeFieldContainer[_slice_pb2.PartitionProfile]
+    partition_memory_slices: int
+    partition_compute_slices: int
+    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[_slice_pb2.Partition, _Mapping]]] = ..., partition_profiles: _Optional[_Iterable[_Union[_slice_pb2.PartitionProfile, _Mapping]]] = ..., partition_memory_slices: _Optional[int] = ..., partition_compute_slices: _Optional[int] = ...) -> None: ...
 
 class NodeHealth(_message.Message):
     __slots__ = ("state", "action", "evaluated_at", "faults", "devices", "slices")
@@ -163,21 +169,23 @@ class Node(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., health: _Optional[_Union[NodeHealth, _Mapping]] = ..., slicer_enabled: _Optional[bool] = ..., driver_version: _Optional[str] = ..., sampled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DevicePlace(_message.Message):
-    __slots__ = ("ref", "numa_node", "socket", "pcie_switches", "switched_fabric")
+    __slots__ = ("ref", "numa_node", "socket", "pcie_switches", "switched_fabric", "pcie_root")
     REF_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     PCIE_SWITCHES_FIELD_NUMBER: _ClassVar[int]
     SWITCHED_FABRIC_FIELD_NUMBER: _ClassVar[int]
+    PCIE_ROOT_FIELD_NUMBER: _ClassVar[int]
     ref: _slice_pb2.DeviceRef
     numa_node: int
     socket: int
     pcie_switches: _containers.RepeatedScalarFieldContainer[str]
     switched_fabric: bool
-    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., switched_fabric: _Optional[bool] = ...) -> None: ...
+    pcie_root: str
+    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., switched_fabric: _Optional[bool] = ..., pcie_root: _Optional[str] = ...) -> None: ...
 
 class Nic(_message.Message):
-    __slots__ = ("name", "pci_address", "numa_node", "socket", "pcie_switches", "rate_gbps", "device_nodes")
+    __slots__ = ("name", "pci_address", "numa_node", "socket", "pcie_switches", "rate_gbps", "device_nodes", "pcie_root")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PCI_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +193,7 @@ class Nic(_message.Message):
     PCIE_SWITCHES_FIELD_NUMBER: _ClassVar[int]
     RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NODES_FIELD_NUMBER: _ClassVar[int]
+    PCIE_ROOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     pci_address: str
     numa_node: int
@@ -192,7 +201,8 @@ class Nic(_message.Message):
     pcie_switches: _containers.RepeatedScalarFieldContainer[str]
     rate_gbps: int
     device_nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., pci_address: _Optional[str] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., rate_gbps: _Optional[int] = ..., device_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    pcie_root: str
+    def __init__(self, name: _Optional[str] = ..., pci_address: _Optional[str] = ..., numa_node: _Optional[int] = ..., socket: _Optional[int] = ..., pcie_switches: _Optional[_Iterable[str]] = ..., rate_gbps: _Optional[int] = ..., device_nodes: _Optional[_Iterable[str]] = ..., pcie_root: _Optional[str] = ...) -> None: ...
 
 class DeviceLink(_message.Message):
     __slots__ = ("device_index", "peer_index", "level", "links", "cost")

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateSliceRequest(_message.Message):
-    __slots__ = ("mode", "compute", "memory", "device", "pod_uid", "container", "owner_id", "priority")
+    __slots__ = ("mode", "compute", "memory", "device", "pod_uid", "container", "owner_id", "priority", "profile", "placement_start")
     MODE_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class CreateSliceRequest(_message.Message):
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_START_FIELD_NUMBER: _ClassVar[int]
     mode: str
     compute: int
     memory: str
@@ -26,7 +28,9 @@ class CreateSliceRequest(_message.Message):
     container: str
     owner_id: str
     priority: int
-    def __init__(self, mode: _Optional[str] = ..., compute: _Optional[int] = ..., memory: _Optional[str] = ..., device: _Optional[str] = ..., pod_uid: _Optional[str] = ..., container: _Optional[str] = ..., owner_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+    profile: str
+    placement_start: int
+    def __init__(self, mode: _Optional[str] = ..., compute: _Optional[int] = ..., memory: _Optional[str] = ..., device: _Optional[str] = ..., pod_uid: _Optional[str] = ..., container: _Optional[str] = ..., owner_id: _Optional[str] = ..., priority: _Optional[int] = ..., profile: _Optional[str] = ..., placement_start: _Optional[int] = ...) -> None: ...
 
 class CreateSliceResponse(_message.Message):
     __slots__ = ("slice",)

@@ -25,21 +25,23 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19runtimekit/v1/slice.proto\x12\rruntimekit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n\tDeviceRef\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06vendor\x18\x02 \x01(\t\x12\x0c\n\x04uuid\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\r\x12\x13\n\x0bpci_address\x18\x05 \x01(\t\"\xa5\x01\n\tPartition\x12\x17\n\x0fgpu_instance_id\x18\x01 \x01(\r\x12\x1b\n\x13\x63ompute_instance_id\x18\x02 \x01(\r\x12\x0c\n\x04uuid\x18\x03 \x01(\t\x12\x12\n\nprofile_id\x18\x04 \x01(\r\x12\x17\n\x0fplacement_start\x18\x05 \x01(\r\x12\x16\n\x0eplacement_size\x18\x06 \x01(\r\x12\x0f\n\x07profile\x18\x07 \x01(\t\"=\n\x05Owner\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\x12\x11\n\tcontainer\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\"\xca\x03\n\x05Slice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.runtimekit.v1.SliceState\x12(\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x18.runtimekit.v1.DeviceRef\x12+\n\tpartition\x18\x05 \x01(\x0b\x32\x18.runtimekit.v1.Partition\x12\x0f\n\x07profile\x18\x06 \x01(\t\x12\x17\n\x0f\x63ompute_percent\x18\x07 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x08 \x01(\x04\x12!\n\x19requested_compute_percent\x18\t \x01(\r\x12\x1e\n\x16requested_memory_bytes\x18\n \x01(\x04\x12\x18\n\x10requested_device\x18\x0b \x01(\t\x12#\n\x05owner\x18\x0c \x01(\x0b\x32\x14.runtimekit.v1.Owner\x12\x10\n\x08priority\x18\r \x01(\x05\x12\x12\n\ncdi_device\x18\x0e \x01(\t\x12.\n\ncreated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x10 \x01(\t*t\n\nSliceState\x12\x1b\n\x17SLICE_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SLICE_STATE_CREATING\x10\x01\x12\x15\n\x11SLICE_STATE_READY\x10\x02\x12\x18\n\x14SLICE_STATE_DELETING\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19runtimekit/v1/slice.proto\x12\rruntimekit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n\tDeviceRef\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06vendor\x18\x02 \x01(\t\x12\x0c\n\x04uuid\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\r\x12\x13\n\x0bpci_address\x18\x05 \x01(\t\"\xa5\x01\n\tPartition\x12\x17\n\x0fgpu_instance_id\x18\x01 \x01(\r\x12\x1b\n\x13\x63ompute_instance_id\x18\x02 \x01(\r\x12\x0c\n\x04uuid\x18\x03 \x01(\t\x12\x12\n\nprofile_id\x18\x04 \x01(\r\x12\x17\n\x0fplacement_start\x18\x05 \x01(\r\x12\x16\n\x0eplacement_size\x18\x06 \x01(\r\x12\x0f\n\x07profile\x18\x07 \x01(\t\"\x8d\x01\n\x10PartitionProfile\x12\x12\n\nprofile_id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x63ompute_slices\x18\x03 \x01(\r\x12\x15\n\rmemory_slices\x18\x04 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\x12\x12\n\nplacements\x18\x06 \x03(\r\"=\n\x05Owner\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\x12\x11\n\tcontainer\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\"\xca\x03\n\x05Slice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.runtimekit.v1.SliceState\x12(\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x18.runtimekit.v1.DeviceRef\x12+\n\tpartition\x18\x05 \x01(\x0b\x32\x18.runtimekit.v1.Partition\x12\x0f\n\x07profile\x18\x06 \x01(\t\x12\x17\n\x0f\x63ompute_percent\x18\x07 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x08 \x01(\x04\x12!\n\x19requested_compute_percent\x18\t \x01(\r\x12\x1e\n\x16requested_memory_bytes\x18\n \x01(\x04\x12\x18\n\x10requested_device\x18\x0b \x01(\t\x12#\n\x05owner\x18\x0c \x01(\x0b\x32\x14.runtimekit.v1.Owner\x12\x10\n\x08priority\x18\r \x01(\x05\x12\x12\n\ncdi_device\x18\x0e \x01(\t\x12.\n\ncreated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x10 \x01(\t*t\n\nSliceState\x12\x1b\n\x17SLICE_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SLICE_STATE_CREATING\x10\x01\x12\x15\n\x11SLICE_STATE_READY\x10\x02\x12\x18\n\x14SLICE_STATE_DELETING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runtimekit.v1.slice_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SLICESTATE']._serialized_start=862
-  _globals['_SLICESTATE']._serialized_end=978
+  _globals['_SLICESTATE']._serialized_start=1006
+  _globals['_SLICESTATE']._serialized_end=1122
   _globals['_DEVICEREF']._serialized_start=77
   _globals['_DEVICEREF']._serialized_end=168
   _globals['_PARTITION']._serialized_start=171
   _globals['_PARTITION']._serialized_end=336
-  _globals['_OWNER']._serialized_start=338
-  _globals['_OWNER']._serialized_end=399
-  _globals['_SLICE']._serialized_start=402
-  _globals['_SLICE']._serialized_end=860
+  _globals['_PARTITIONPROFILE']._serialized_start=339
+  _globals['_PARTITIONPROFILE']._serialized_end=480
+  _globals['_OWNER']._serialized_start=482
+  _globals['_OWNER']._serialized_end=543
+  _globals['_SLICE']._serialized_start=546
+  _globals['_SLICE']._serialized_end=1004
 # @@protoc_insertion_point(module_scope)

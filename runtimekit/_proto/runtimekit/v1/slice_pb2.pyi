@@ -1,10 +1,11 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -51,6 +52,22 @@ class Partition(_message.Message):
     placement_size: int
     profile: str
     def __init__(self, gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., uuid: _Optional[str] = ..., profile_id: _Optional[int] = ..., placement_start: _Optional[int] = ..., placement_size: _Optional[int] = ..., profile: _Optional[str] = ...) -> None: ...
+
+class PartitionProfile(_message.Message):
+    __slots__ = ("profile_id", "name", "compute_slices", "memory_slices", "memory_bytes", "placements")
+    PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SLICES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SLICES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    profile_id: int
+    name: str
+    compute_slices: int
+    memory_slices: int
+    memory_bytes: int
+    placements: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, profile_id: _Optional[int] = ..., name: _Optional[str] = ..., compute_slices: _Optional[int] = ..., memory_slices: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., placements: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Owner(_message.Message):
     __slots__ = ("pod_uid", "container", "owner_id")
