@@ -58,6 +58,17 @@ def _int32(text: str) -> int:
     return value
 
 
+def _uint32(text: str) -> int:
+    """An integer the request can carry (uint32): placement starts; the agent names the allowed ones."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {2**32 - 1}, got {text}")
+    return value
+
+
 def _seconds(text: str) -> float:
     """A deadline: a finite number of seconds above 0."""
     try:
@@ -88,9 +99,17 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     actions = slices.add_subparsers(dest="slice_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[options], help="make a slice")
     create.add_argument("--mode", required=True, help="tdm (a time-shared share) or mig (a hardware partition)")
-    create.add_argument("--compute", type=_int32, default=0, metavar="N", help="percent of one card, 1-100 (default 0: unlimited)")
-    create.add_argument("--memory", required=True, metavar="SIZE", help="NGiB or NMiB, a multiple of 128 MiB (2GiB, 512MiB)")
-    create.add_argument("--device", default="", metavar="D", help="a GPU index or UUID (default: any)")
+    create.add_argument("--compute", type=_int32, default=0, metavar="N",
+                        help="percent of one card, 1-100 (default 0: unlimited; with --profile, what the profile gives)")
+    create.add_argument("--memory", default="", metavar="SIZE", help="NGiB or NMiB, a multiple of 128 MiB (2GiB, 512MiB); "
+                        "required unless --profile is given (then default: what the profile gives)")
+    create.add_argument("--device", default="", metavar="D", help="a GPU index or UUID (default: any; --profile needs one)")
+    create.add_argument("--profile", default="", metavar="NAME",
+                        help="mode mig: the MIG profile to make, by name as `runtimekit node -o json` lists it in "
+                        "partition_profiles (1g.10gb); needs --device (default: the smallest that holds compute and memory)")
+    create.add_argument("--placement", type=_uint32, default=None, metavar="START",
+                        help="with --profile: the memory slice the partition starts at, one of the profile's "
+                        "placements (default: the agent chooses); refused when a partition holds it")
     create.add_argument("--pod-uid", default="", metavar="U", help="the owning pod's UID (with --container)")
     create.add_argument("--container", default="", metavar="C", help="the owning container's name")
     create.add_argument("--owner", default="", metavar="ID", help="a free owner id (instead of --pod-uid/--container)")
@@ -206,7 +225,8 @@ def print_result(args: argparse.Namespace, message: Any, columns: Sequence[str],
 def _run_create(args: argparse.Namespace) -> int:
     request = service_pb2.CreateSliceRequest(
         mode=args.mode, compute=args.compute, memory=args.memory, device=args.device, pod_uid=args.pod_uid,
-        container=args.container, owner_id=args.owner, priority=args.priority,
+        container=args.container, owner_id=args.owner, priority=args.priority, profile=args.profile,
+        placement_start=args.placement,  # None leaves the optional field absent
     )
     made = call(args, "CreateSlice", request).slice
     return print_result(args, made, SLICE_COLUMNS, [_slice_row(made)])

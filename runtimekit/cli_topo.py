@@ -5,7 +5,8 @@ socket options are ``runtimekit slice``'s). ``-o json``: the answer in proto3's 
 without an agent.
 
 Each cell is the nearest level two devices share (``LEGEND``); one row and one column per GPU, then
-per NIC. GPU rows also show the GPU's NUMA node and CPU socket. NIC↔NIC cells apply the same rule
+per NIC. Each row also shows the device's NUMA node, CPU socket and PCIe root complex (the host
+bridge, "pci0000:15"; N/A when unknown). NIC↔NIC cells apply the same rule
 (``runtimekit.state.distance.links_between``) to the NICs' places from the answer. Exit codes:
 as ``runtimekit slice``'s (0 done; 1 the agent unreachable or not ready; 2 bad usage).
 """
@@ -44,8 +45,10 @@ def _place(nic: node_pb2.Nic) -> NicPlace:
                     nic.socket if nic.HasField("socket") else None, tuple(nic.pcie_switches))
 
 
-def _optional(message: node_pb2.DevicePlace, field: str) -> str:
-    return str(getattr(message, field)) if message.HasField(field) else "N/A"
+def _where(message: node_pb2.DevicePlace | node_pb2.Nic) -> list[str]:
+    """A row's NUMA node, socket and PCIe root ("N/A" where unknown)."""
+    return [*(str(getattr(message, field)) if message.HasField(field) else "N/A" for field in ("numa_node", "socket")),
+            message.pcie_root or "N/A"]
 
 
 def matrix(topology: node_pb2.Topology) -> str:
@@ -67,10 +70,9 @@ def matrix(topology: node_pb2.Topology) -> str:
             cells[(f"NIC{i}", f"NIC{j}")] = cells[(f"NIC{j}", f"NIC{i}")] = cell(links_between(one, other).level)
     rows = []
     for row in labels:
-        place = topology.devices[gpus.index(int(row[3:]))] if row.startswith("GPU") else None
-        extra = [_optional(place, "numa_node"), _optional(place, "socket")] if place is not None else ["", ""]
-        rows.append([row, *("X" if row == column else cells.get((row, column), "-") for column in labels), *extra])
-    parts = [table(["", *labels, "NUMA", "Socket"], rows), "", LEGEND]
+        place = topology.devices[gpus.index(int(row[3:]))] if row.startswith("GPU") else topology.nics[int(row[3:])]
+        rows.append([row, *("X" if row == column else cells.get((row, column), "-") for column in labels), *_where(place)])
+    parts = [table(["", *labels, "NUMA", "Socket", "PCIe-Root"], rows), "", LEGEND]
     if nics:
         parts += ["", "NIC Legend:", "", *(f"  NIC{position}: {name}" for position, name in enumerate(nics))]
     if topology.errors:

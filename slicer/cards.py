@@ -6,6 +6,12 @@ The card-mode rule, applied from these facts: a card whose MIG mode is current i
 other a TDM card; a card whose pending MIG mode differs from its current one (a change waiting for
 a GPU reset) takes no new slice of either kind and reports ``pending``. Reading blocks (NVML): call
 ``read_cards`` from the slicer's executor thread.
+
+A card's MIG slices in all are derived from its profiles (the driver's data, no table): compute
+slices are the most any profile spans (the whole-GPU profile's ``sliceCount``: 7 on A100, H100 and
+H200); memory slices are the end of the furthest placement of any profile, max(start + memory
+slices) (the whole-GPU profile's one placement {0, 8}: 8). NVML lists profiles only in MIG mode
+(``MigControl.profiles``), so a card in tdm mode reports those seen while it was in MIG mode.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
 
 from .journal import Record
+from .mig_planner import MigCard
 from .spec import MAX_COMPUTE
 from .tdm import TdmCard
 
@@ -31,8 +38,9 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """One GPU: ``memory_mib`` in all (NVML memory.total), MIG ``current``/``pending`` mode, and on
-    a MIG card its ``profiles`` (discovered) and ``instances`` (GPU instances now)."""
+    """One GPU: ``memory_mib`` in all (NVML memory.total), MIG ``current``/``pending`` mode, its
+    ``profiles`` (discovered in MIG mode, kept after: ``ProfileCache``) and on a MIG card its
+    ``instances`` (GPU instances now)."""
 
     gpu: GpuRef
     memory_mib: int
@@ -59,24 +67,33 @@ class Card:
 
     @property
     def compute_slices_total(self) -> int:
+        """The most compute slices a profile spans (the module docstring); 0 without profiles."""
         return max((p.compute_slices for p in self.profiles), default=0)
+
+    @property
+    def memory_slices_total(self) -> int:
+        """The end of the furthest placement, max(start + memory slices); 0 without profiles."""
+        return max((start + p.memory_slices for p in self.profiles for start in p.placements), default=0)
 
 
 class ProfileCache:
-    """MIG profiles per card (by GPU UUID), discovered once while the card is in MIG mode; forgotten
-    when its mode changes (profiles are only listed in MIG mode)."""
+    """MIG profiles per card (by GPU UUID), discovered once while the card is in MIG mode (NVML
+    lists them only then) and kept for the agent's life: they are the card's and its driver's, the
+    same in either mode, so a card back in tdm mode still reports them."""
 
     def __init__(self) -> None:
         self._profiles: dict[str, tuple[MigProfile, ...]] = {}
 
     def get(self, mig: MigControl, gpu: GpuRef) -> tuple[MigProfile, ...]:
+        """The card's profiles, read from NVML unless known (blocking; the card is in MIG mode)."""
         profiles = self._profiles.get(gpu.uuid)
         if not profiles:
             profiles = self._profiles[gpu.uuid] = mig.profiles(gpu.index)
         return profiles
 
-    def forget(self, uuid: str) -> None:
-        self._profiles.pop(uuid, None)
+    def known(self, gpu: GpuRef) -> tuple[MigProfile, ...]:
+        """The card's profiles as last read; () when never read (it has not been in MIG mode)."""
+        return self._profiles.get(gpu.uuid, ())
 
 
 def gpu_refs(snapshot: NodeSnapshot | None) -> list[tuple[GpuRef, int]]:
@@ -105,8 +122,7 @@ def read_cards(snapshot: NodeSnapshot | None, mig: MigControl, profiles: Profile
             cards[gpu.index] = Card(gpu, memory_mib, mig_capable=False)
             continue
         if not current:
-            profiles.forget(gpu.uuid)
-            cards[gpu.index] = Card(gpu, memory_mib, True, current, pending)
+            cards[gpu.index] = Card(gpu, memory_mib, True, current, pending, profiles.known(gpu))
             continue
         cards[gpu.index] = Card(gpu, memory_mib, True, current, pending, profiles.get(mig, gpu), mig.instances(gpu.index))
     return cards
@@ -122,6 +138,17 @@ def select_card(cards: Mapping[int, Card], selector: DeviceSelector) -> Card:
                      f"(GPUs: {', '.join(str(i) for i in sorted(cards)) or 'none'})")
 
 
+def mig_card(card: Card, records: Iterable[Record]) -> MigCard:
+    """The card as the MIG planner sees it: its profiles and its GPU instances' placements, each
+    named by the slice it is made for (by GPU UUID and GPU-instance id) or as made outside the agent."""
+    slices = {r.gi_id: r.id for r in records if r.gpu_uuid == card.gpu.uuid and r.gi_id is not None}
+    holders = tuple(f"GPU instance {gi.id} at memory slices {gi.start}-{gi.start + gi.size - 1} "
+                    + (f"(slice {slices[gi.id]})" if gi.id in slices else "(no slice of this agent: made outside it)")
+                    for gi in card.instances)
+    return MigCard(card.index, card.compute_slices_total, card.profiles, tuple((gi.start, gi.size) for gi in card.instances),
+                   holders)
+
+
 def tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard:
     """The card as TDM admission sees it: usable memory is the card's less ``reserve_mib``
     (``slicer.memory_reserve_mib``), used the sums of the slices on it (by GPU UUID)."""
@@ -131,11 +158,11 @@ def tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard
 
 
 def device_info(card: Card, records: Sequence[Record], reserve_mib: int) -> DeviceModeInfo:
-    """What a card reports: its mode, pending change, slices and free capacity. TDM: what admission
-    sees (``tdm_card``: compute free 100 − Σ compute, memory free the usable memory − Σ memory).
-    MIG: compute free is the share of compute slices no GPU instance holds, memory free the
-    whole-card profile's memory less the instances' profiles' memory (instances no slice owns
-    count too)."""
+    """What a card reports: its mode, pending change, slices and free capacity, and its MIG
+    profiles and slices in all (in either mode). TDM: what admission sees (``tdm_card``: compute
+    free 100 − Σ compute, memory free the usable memory − Σ memory). MIG: compute free is the share
+    of compute slices no GPU instance holds, memory free the whole-card profile's memory less the
+    instances' profiles' memory (instances no slice owns count too)."""
     slices = tuple(r.id for r in records if r.gpu_uuid == card.gpu.uuid)
     if card.mig_current:
         total = card.compute_slices_total
@@ -145,7 +172,9 @@ def device_info(card: Card, records: Sequence[Record], reserve_mib: int) -> Devi
         usable = max((p.memory_mib for p in card.profiles), default=0)
         compute_free = MAX_COMPUTE * max(0, total - used_slices) // total if total else 0
         return DeviceModeInfo(card.gpu, "mig", card.pending, card.mig_capable, card.memory_mib, usable,
-                              compute_free, max(0, usable - used_memory), slices)
+                              compute_free, max(0, usable - used_memory), slices, card.profiles,
+                              card.memory_slices_total, card.compute_slices_total)
     tdm = tdm_card(card, records, reserve_mib)
     return DeviceModeInfo(card.gpu, "tdm", card.pending, card.mig_capable, card.memory_mib, tdm.usable_memory_mib,
-                          tdm.compute_free, tdm.memory_free_mib, slices)
+                          tdm.compute_free, tdm.memory_free_mib, slices, card.profiles, card.memory_slices_total,
+                          card.compute_slices_total)

@@ -97,11 +97,15 @@ def spec_to_json(spec: SliceSpec) -> str:
 
 
 def spec_from_json(text: str) -> SliceSpec:
-    """The SliceSpec a row holds (ValueError/KeyError/TypeError when it is not one)."""
+    """The SliceSpec a row holds (ValueError/KeyError/TypeError when it is not one). ``profile``
+    and ``placement_start`` came later: a row written before them has neither and reads as a
+    spec that named no profile (``""``, None)."""
     data = json.loads(text)
+    start = data.get("placement_start")
     return SliceSpec(
         mode=data["mode"], compute=int(data["compute"]), memory_mib=int(data["memory_mib"]),
         device=DeviceSelector(**data["device"]), owner=Owner(**data["owner"]), priority=int(data["priority"]),
+        profile=str(data.get("profile", "")), placement_start=None if start is None else int(start),
     )
 
 

@@ -38,9 +38,9 @@ from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
 
 from . import cdi
-from .cards import Card, ProfileCache, device_info, read_cards, select_card, tdm_card
+from .cards import Card, ProfileCache, device_info, mig_card, read_cards, select_card, tdm_card
 from .journal import Journal, Record
-from .mig_planner import MigCard, plan_mig
+from .mig_planner import plan_mig
 from .owners import Grace, OwnerWatch
 from .reconcile import WAITING_IN_USE, OrphanKey, Outcome, destroy_orphans, remove_stray_specs, settle
 from .spec import MAX_COMPUTE, check_fits_card, parse_device, parse_mode, parse_request
@@ -236,8 +236,9 @@ class Slicer:
 
     def _plan(self, spec: SliceSpec, cards: dict[int, Card], books: Books) -> Record:
         """The card, and for MIG the profile and placement, of a new slice: its ``creating`` record.
-        SliceError when the card-mode rule, the card's memory or its free capacity refuse it. The
-        device selector is applied here, once: the planners choose among the candidates."""
+        SliceError when the card-mode rule, the card's memory or its free capacity refuse it, or a
+        profile or placement asked for does not fit (``mig_planner``). The device selector is
+        applied here, once: the planners choose among the candidates."""
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
@@ -259,9 +260,7 @@ class Slicer:
                                      self._config.policy)
             gpu = cards[chosen.index].gpu
             return replace(record, gpu_uuid=gpu.uuid, gpu_index=gpu.index)
-        mig_cards = [MigCard(c.index, c.compute_slices_total, c.profiles, tuple((g.start, g.size) for g in c.instances))
-                     for c in candidates]
-        choice = plan_mig(mig_cards, spec, self._config.policy)
+        choice = plan_mig([mig_card(c, books.records.values()) for c in candidates], spec, self._config.policy)
         card, profile = cards[choice.index], choice.profile
         return replace(record, gpu_uuid=card.gpu.uuid, gpu_index=card.index,
                        compute=MAX_COMPUTE * profile.compute_slices // max(card.compute_slices_total, 1),
@@ -316,7 +315,6 @@ class Slicer:
             except MigOpError as error:
                 raise SliceError(_nvml_code(error), "device", f"GPU {card.index}: MIG mode not changed: {error} (MIG instances "
                                  "no slice owns are destroyed after slicer.orphan_grace_seconds)") from None
-            self._profiles.forget(card.gpu.uuid)
             log.info("GPU %d: MIG mode set to %s", card.index, wanted)
         self._publish(refresh=True)
         return self._table.devices[card.index]

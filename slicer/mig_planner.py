@@ -30,6 +30,15 @@ instances of the biggest profiles placeable (a vector, biggest first) under heav
 fewest free memory slices (so a slice goes to a used card before an empty one); ``spread`` takes
 the card with the most free memory slices, then the least capacity cost. Remaining ties: lowest
 card index, then lowest start.
+
+**A profile asked for by name** (``SliceSpec.profile``, on the one card the spec names) is taken
+exactly: a name the card does not offer is invalid_argument (field ``profile``, the card's names
+listed), and so are ``compute`` or ``memory`` beyond what it gives (0 means what it gives). Its
+placement is ``SliceSpec.placement_start`` exactly when given: a start that is not one of the
+profile's placements is invalid_argument (field ``placement_start``, its placements listed); one
+overlapping an instance on the card is failed_precondition naming the instance (``MigCard.holders``)
+and the free placements. Without a start, the profile's free start that costs the least capacity
+is taken (lowest start on ties); none free is resource_exhausted, as for any profile.
 """
 
 from __future__ import annotations
@@ -42,9 +51,10 @@ from functools import lru_cache
 from runtimekit.gpu.mig import MigProfile
 from runtimekit.state.slices import SliceError, SliceSpec
 
-from .spec import POLICIES
+from .spec import POLICIES, format_memory
 
-__all__ = ["MigCard", "MigChoice", "compute_slices_needed", "is_standard", "capacity", "plan_mig", "smallest_profile"]
+__all__ = ["MigCard", "MigChoice", "compute_slices_needed", "is_standard", "capacity", "named_profile", "plan_mig",
+           "smallest_profile"]
 
 _STANDARD = re.compile(r"[0-9]+g\.[0-9]+gb")
 
@@ -55,12 +65,15 @@ Shape = tuple[int, tuple[int, ...], int]  # (memory slices, allowed starts, comp
 class MigCard:
     """A card in MIG mode: its NVML ``index``, its compute slices in all (7 on A100/H100/H200),
     the GPU instance profiles its driver offers, and the (start, size) memory-slice placements of
-    the GPU instances that exist on it now (in use or not: none is ever moved)."""
+    the GPU instances that exist on it now (in use or not: none is ever moved). ``holders``: what
+    holds each of ``taken``, in words, in the same order ("GPU instance 3 (slice s-…)"), for the
+    refusal of a placement asked for; missing ones are named by their placement."""
 
     index: int
     compute_slices_total: int
     profiles: tuple[MigProfile, ...]
     taken: tuple[tuple[int, int], ...]
+    holders: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,44 @@ def smallest_profile(profiles: Iterable[MigProfile], compute_percent: int, memor
     holding = [p for p in profiles if p.compute_slices >= slices and p.memory_mib >= memory_mib]
     standard = [p for p in holding if is_standard(p)]
     return min(standard or holding, key=lambda p: (p.compute_slices, p.memory_mib, p.memory_slices, p.id), default=None)
+
+
+def named_profile(card: MigCard, spec: SliceSpec) -> MigProfile:
+    """The profile ``spec`` names, on ``card``, holding its compute and memory (0: what it gives);
+    SliceError invalid_argument otherwise (module docstring)."""
+    profile = next((p for p in card.profiles if p.name == spec.profile), None)
+    if profile is None:
+        offered = ", ".join(sorted({p.name for p in card.profiles})) or "none"
+        raise SliceError("invalid_argument", "profile", f"one of the MIG profiles GPU {card.index} offers ({offered}), "
+                         f"got {spec.profile!r}")
+    if spec.memory_mib > profile.memory_mib:
+        raise SliceError("invalid_argument", "memory", f"at most the memory of profile {profile.name} "
+                         f"({profile.memory_mib} MiB), got {format_memory(spec.memory_mib)!r}")
+    needed = compute_slices_needed(spec.compute, card.compute_slices_total)
+    if needed > profile.compute_slices:
+        raise SliceError("invalid_argument", "compute", f"at most the compute of profile {profile.name} ({profile.compute_slices} "
+                         f"of {card.compute_slices_total} compute slices: "
+                         f"{100 * profile.compute_slices // max(card.compute_slices_total, 1)} %), got {spec.compute} %")
+    return profile
+
+
+def _asked_start(card: MigCard, profile: MigProfile, start: int) -> int:
+    """``start`` when it is one of ``profile``'s placements and overlaps nothing on ``card``;
+    SliceError invalid_argument / failed_precondition otherwise (module docstring)."""
+    if start not in profile.placements:
+        raise SliceError("invalid_argument", "placement_start", f"one of the placements of profile {profile.name} "
+                         f"({', '.join(map(str, sorted(profile.placements)))}), got {start}")
+    wanted = _mask([(start, profile.memory_slices)])
+    for n, (at, size) in enumerate(card.taken):
+        if wanted & _mask([(at, size)]):
+            holder = card.holders[n] if n < len(card.holders) else f"a GPU instance at memory slices {at}-{at + size - 1}"
+            used = _mask(card.taken)
+            free = [str(s) for s in sorted(profile.placements) if not used & _mask([(s, profile.memory_slices)])]
+            raise SliceError("failed_precondition", "placement_start",
+                             f"{profile.name} at {start} takes memory slices {start}-{start + profile.memory_slices - 1} "
+                             f"of GPU {card.index}, held by {holder}; free placements of {profile.name}: "
+                             f"{', '.join(free) or 'none'}")
+    return start
 
 
 def _mask(placements: Iterable[tuple[int, int]]) -> int:
@@ -138,23 +189,28 @@ def plan_mig(cards: Sequence[MigCard], spec: SliceSpec, policy: str) -> MigChoic
     """Where a MIG slice goes under ``policy`` (binpack or spread) among the candidates ``cards``
     (at least one; the caller has applied the device selector and the card-mode rule, the selector
     is not read here). Raises ``SliceError``: failed_precondition when no profile of any candidate
-    holds the slice; resource_exhausted when a profile holds it but no free placement is left.
-    ValueError for an unknown policy or no candidate (the caller's errors)."""
+    holds the slice; resource_exhausted when a profile holds it but no free placement is left; for
+    a profile asked by name, the refusals of the module docstring. ValueError for an unknown
+    policy, no candidate, or a named profile with more than one candidate (the caller's errors)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: one of {', '.join(POLICIES)}, got {policy!r}")
     if not cards:
         raise ValueError("cards: at least one candidate (the caller refuses a request no card may take)")
+    if spec.profile and len(cards) != 1:
+        raise ValueError("cards: a profile asked by name is planned on the one card the request names")
     best: tuple[tuple[object, ...], MigChoice] | None = None
     unplaced: list[tuple[MigCard, MigProfile]] = []
     for card in cards:
-        profile = smallest_profile(card.profiles, spec.compute, spec.memory_mib, card.compute_slices_total)
+        profile = (named_profile(card, spec) if spec.profile
+                   else smallest_profile(card.profiles, spec.compute, spec.memory_mib, card.compute_slices_total))
         if profile is None:
             continue
         shapes, used = _shapes(card.profiles), _mask(card.taken)
         before, free = _capacity(shapes, used), _free_mask(card).bit_count()
         block = (1 << profile.memory_slices) - 1
         placed = False
-        for start in sorted(profile.placements):
+        starts = sorted(profile.placements) if spec.placement_start is None else [_asked_start(card, profile, spec.placement_start)]
+        for start in starts:
             if used & (block << start):
                 continue
             placed = True

@@ -18,6 +18,15 @@ The rules (the gRPC API and ``runtimekit slice create`` document the same):
   characters of letters, digits and ``. _ - : / @``, starting with a letter or digit: a user, a
   tool, a job name).
 - ``priority``: an integer 0-100 (``MAX_PRIORITY``); higher is more important.
+- ``profile``: ``""`` (the planner takes the smallest profile that holds the slice) or a MIG
+  profile's name as the driver reports it (1-64 of letters, digits and ``. + -``: "1g.10gb",
+  "1g.10gb+me", "1c.2g.20gb"); only with mode ``mig`` and a device given as an index or a UUID
+  (a profile is a card's). With it ``memory`` may be ``""`` and ``compute`` 0: what the profile
+  gives. Whether the card offers it, and whether compute and memory fit in it, is the planner's
+  check (``runtimekit.slicer.mig_planner``), once the card is known.
+- ``placement_start``: None (the planner chooses) or an integer 0-``MAX_PLACEMENT_START``, the
+  memory slice the GPU instance starts at; only with ``profile``. Whether it is one of the
+  profile's placements, and free, is the planner's check.
 
 Shared with the planners: ``MAX_COMPUTE`` (100, percent: a whole card's compute) and ``POLICIES``,
 the placement policies both planners take (``slicer.policy``).
@@ -39,8 +48,8 @@ from runtimekit.state.slices import (
 )
 
 __all__ = [
-    "MAX_COMPUTE", "MAX_DEVICE_INDEX", "MAX_MEMORY_MIB", "MAX_PRIORITY", "POLICIES", "check_fits_card", "format_memory",
-    "parse_device", "parse_memory", "parse_mode", "parse_request", "to_request",
+    "MAX_COMPUTE", "MAX_DEVICE_INDEX", "MAX_MEMORY_MIB", "MAX_PLACEMENT_START", "MAX_PRIORITY", "POLICIES", "check_fits_card",
+    "format_memory", "parse_device", "parse_memory", "parse_mode", "parse_request", "to_request",
 ]
 
 MAX_COMPUTE = 100  # percent of one card: the whole card
@@ -48,6 +57,7 @@ POLICIES = ("binpack", "spread")  # where a slice for any device goes: the fulle
 MAX_MEMORY_MIB = 1 << 20  # 1 TiB: a bound against overflow, not a card's size
 MAX_DEVICE_INDEX = 1023  # NVML indexes are small; the bound keeps "99999999999" a clear error
 MAX_PRIORITY = 100
+MAX_PLACEMENT_START = 0xFFFF_FFFF  # the API's uint32; real cards have 8 memory slices, the planner names their starts
 _MIB_PER_GIB = 1024
 
 _MEMORY = re.compile(r"([0-9]+)(GiB|MiB)")
@@ -57,9 +67,12 @@ _GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-
 _POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _OWNER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}")
+_PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
 
 _MEMORY_RULE = f"NGiB or NMiB with N a whole number (MiB a multiple of {MEMORY_STEP_MIB}), no spaces"
 _DEVICE_RULE = f"'' or 'any', a GPU index 0-{MAX_DEVICE_INDEX}, or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+_PROFILE_RULE = "'' or a MIG profile's name as GetNode lists it (1-64 of letters, digits and . + -, e.g. 1g.10gb)"
+_PLACEMENT_RULE = f"absent, or an integer 0-{MAX_PLACEMENT_START} (the memory slice the partition starts at)"
 
 
 def _refuse(field: str, rule: str, value: object) -> SliceError:
@@ -142,26 +155,57 @@ def _owner(request: SliceRequest) -> Owner:
     return Owner(owner_id=owner_id)
 
 
+def _profile(request: SliceRequest, mode: SliceMode, device: DeviceSelector) -> str:
+    """The profile's name, "" for none: only with mode mig and a named device."""
+    profile = _text(request.profile, "profile", _PROFILE_RULE)
+    if not profile:
+        return ""
+    if not _PROFILE.fullmatch(profile):
+        raise _refuse("profile", _PROFILE_RULE, profile)
+    if mode != "mig":
+        raise _refuse("profile", f"only with mode 'mig' (a partition profile), not mode {mode!r}", profile)
+    if device.any:
+        raise _refuse("profile", "only with a device given as a GPU index or UUID (a profile is one card's), "
+                      f"not device {str(request.device)!r}", profile)
+    return profile
+
+
+def _placement_start(request: SliceRequest, profile: str) -> int | None:
+    """The placement's start, None for none: only with a profile."""
+    if request.placement_start is None:
+        return None
+    start = _integer(request.placement_start, "placement_start", 0, MAX_PLACEMENT_START, _PLACEMENT_RULE)
+    if not profile:
+        raise _refuse("placement_start", "only with a profile (a placement is one profile's)", start)
+    return start
+
+
 def parse_request(request: SliceRequest) -> SliceSpec:
     """Check ``request`` into a ``SliceSpec``, field by field in this order: mode, compute, memory,
-    device, the owner (pod_uid, container, owner_id), priority. The first broken rule raises
-    ``SliceError`` (invalid_argument) naming its field; nothing else is raised."""
+    device, profile, placement_start, the owner (pod_uid, container, owner_id), priority. The first
+    broken rule raises ``SliceError`` (invalid_argument) naming its field; nothing else is raised.
+    ``memory`` may be "" when a profile is given (what the profile gives: ``memory_mib`` 0)."""
     mode = parse_mode(_text(request.mode, "mode", "one of " + ", ".join(SLICE_MODES)))
     compute = _integer(request.compute, "compute", 0, MAX_COMPUTE,
                        f"an integer 0-{MAX_COMPUTE} (percent of one card; 0 = unlimited)")
-    memory_mib = parse_memory(request.memory)
+    profile_given = isinstance(request.profile, str) and request.profile != ""
+    memory_mib = 0 if profile_given and request.memory == "" else parse_memory(request.memory)
     device = parse_device(request.device)
+    profile = _profile(request, mode, device)
+    placement_start = _placement_start(request, profile)
     owner = _owner(request)
     priority = _integer(request.priority, "priority", 0, MAX_PRIORITY, f"an integer 0-{MAX_PRIORITY} (higher is more important)")
-    return SliceSpec(mode=mode, compute=compute, memory_mib=memory_mib, device=device, owner=owner, priority=priority)
+    return SliceSpec(mode=mode, compute=compute, memory_mib=memory_mib, device=device, owner=owner, priority=priority,
+                     profile=profile, placement_start=placement_start)
 
 
 def to_request(spec: SliceSpec) -> SliceRequest:
     """The request that parses back into ``spec`` (``parse_request(to_request(s)) == s``)."""
     return SliceRequest(
-        mode=spec.mode, memory=format_memory(spec.memory_mib), compute=spec.compute,
+        mode=spec.mode, memory=format_memory(spec.memory_mib) if spec.memory_mib else "", compute=spec.compute,
         device="" if spec.device.any else str(spec.device), pod_uid=spec.owner.pod_uid,
         container=spec.owner.container, owner_id=spec.owner.owner_id, priority=spec.priority,
+        profile=spec.profile, placement_start=spec.placement_start,
     )
 
 

@@ -9,8 +9,9 @@ start and again when the sampled GPUs change, never per request):
   through the fabric with as many links as the lesser of the two has (``nvidia-smi topo -m``'s
   NV18 between every pair of a DGX H100). A link the sample shows inactive is not counted.
 - **The PCI hierarchy** from sysfs under ``sys_root`` (``runtimekit.host``): the PCIe switches
-  above each device (upstream ports, root first), its NUMA node (sysfs ``numa_node``), and the
-  CPU socket of that NUMA node (the ``physical_package_id`` of the node's first CPU).
+  above each device (upstream ports, root first), its PCIe root complex (the host bridge
+  "pci0000:15" its sysfs path starts at), its NUMA node (sysfs ``numa_node``), and the CPU socket
+  of that NUMA node (the ``physical_package_id`` of the node's first CPU).
 - **RDMA NICs** from ``class/infiniband`` with their PCI function's place, port 1 rate, and the
   device nodes a container needs (``/dev/infiniband/uverbsN`` for each
   ``class/infiniband_verbs/uverbsN`` whose ``ibdev`` names the NIC, and ``/dev/infiniband/rdma_cm``
@@ -37,7 +38,16 @@ from runtimekit.gpu.nvml import GpuLostError, NvmlSession
 from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.topology import read_topology
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
-from runtimekit.host import device_numa_node, device_switches, numa_nodes, parse_cpulist, pci_device_dir, rdma_nics, read_fact
+from runtimekit.host import (
+    device_numa_node,
+    device_pcie_root,
+    device_switches,
+    numa_nodes,
+    parse_cpulist,
+    pci_device_dir,
+    rdma_nics,
+    read_fact,
+)
 from runtimekit.state.distance import links_between, nvswitch_peers
 from runtimekit.state.topology import GpuPlace, Link, NicPlace, Topology
 
@@ -108,23 +118,37 @@ def _nvlink_ends(session: NvmlSession, gpu: GpuSnapshot, by_bus: Mapping[str, in
     return ends
 
 
-def _place(bus_id: str, what: str, sys_root: str, errors: list[str]) -> tuple[tuple[str, ...], int | None]:
-    """(PCIe switches above, NUMA node) of PCI function ``bus_id`` from sysfs; each fact that
-    cannot be read (OSError, bytes that are not UTF-8) is said in ``errors`` and left unknown."""
+@dataclass(frozen=True)
+class _PciPlace:
+    """Where a PCI function sits, as sysfs says: the PCIe switches above it, its PCIe root complex
+    ("" unknown) and its NUMA node (None unknown)."""
+
+    switches: tuple[str, ...] = ()
+    root: str = ""
+    numa: int | None = None
+
+
+def _place(bus_id: str, what: str, sys_root: str, errors: list[str]) -> _PciPlace:
+    """The place of PCI function ``bus_id`` from sysfs; each fact that cannot be read (OSError,
+    bytes that are not UTF-8, a path below no host bridge) is said in ``errors`` and left unknown."""
     try:
-        device = pci_device_dir(bus_id, sys_root)  # resolved once; both facts are read from it
+        device = pci_device_dir(bus_id, sys_root)  # resolved once; every fact is read from it
         if device is None:
             errors.append(f"{what}: PCI function {bus_id} is not in {sys_root}/bus/pci/devices")
-            return (), None
+            return _PciPlace()
         switches = tuple(device_switches(device))
-    except (OSError, ValueError) as error:
+        root = device_pcie_root(device, sys_root)
+    except (OSError, ValueError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
         errors.append(f"{what}: reading its sysfs entry failed: {error}")
-        return (), None
+        return _PciPlace()
+    if root is None:
+        errors.append(f"{what}: its sysfs entry {device} is below no PCIe host bridge (devices/pci<domain>:<bus>); "
+                      "its PCIe root is unknown")
     try:
-        return switches, device_numa_node(device)
+        return _PciPlace(switches, root or "", device_numa_node(device))
     except (OSError, ValueError) as error:
         errors.append(f"{what}: reading its numa_node failed: {error}")
-        return switches, None
+        return _PciPlace(switches, root or "")
 
 
 def _gpu_places(session: NvmlSession, gpus: tuple[GpuSnapshot, ...], sys_root: str, sockets: Mapping[int, int],
@@ -139,14 +163,14 @@ def _gpu_places(session: NvmlSession, gpus: tuple[GpuSnapshot, ...], sys_root: s
         nvlinks = dict(mine.peers)
         for other, through in fabric[gpu.index].items():
             nvlinks[other] = nvlinks.get(other, 0) + through
-        switches: tuple[str, ...] = ()
-        numa = None
+        place = _PciPlace()
         if ref.pci is None:
             errors.append(f"GPU {gpu.index}: no PCI address; its PCIe place is unknown")
         else:
-            switches, numa = _place(str(ref.pci), f"GPU {gpu.index}", sys_root, errors)
-        places.append(GpuPlace(ref, numa, sockets.get(numa) if numa is not None else None, switches,
-                               MappingProxyType(nvlinks), nvswitch=mine.switch > 0))
+            place = _place(str(ref.pci), f"GPU {gpu.index}", sys_root, errors)
+        numa = place.numa
+        places.append(GpuPlace(ref, numa, sockets.get(numa) if numa is not None else None, place.switches,
+                               MappingProxyType(nvlinks), nvswitch=mine.switch > 0, pcie_root=place.root))
     return tuple(places)
 
 
@@ -182,10 +206,10 @@ def _nic_places(sys_root: str, sockets: Mapping[int, int], errors: list[str]) ->
         nodes = {}
     places = []
     for nic in sorted(found, key=lambda nic: _natural(nic.name)):
-        switches, numa = _place(nic.pci_bus_id, f"NIC {nic.name}", sys_root, errors)
-        numa = numa if numa is not None else nic.numa_node
+        place = _place(nic.pci_bus_id, f"NIC {nic.name}", sys_root, errors)
+        numa = place.numa if place.numa is not None else nic.numa_node
         places.append(NicPlace(nic.name, nic.pci_bus_id, numa, sockets.get(numa) if numa is not None else None,
-                               switches, nic.rate_gbps, nodes.get(nic.name, ())))
+                               place.switches, nic.rate_gbps, nodes.get(nic.name, ()), place.root))
     return tuple(places)
 
 

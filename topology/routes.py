@@ -6,17 +6,19 @@ The body::
     {"discovered_at": "2024-…Z", "discovered_at_unix": 1700000000.0,
      "levels": {"nvlink": 40, "pcie_switch": 50, "numa": 60, "socket": 70, "system": 80},
      "gpus": [{"index": 0, "uuid": "GPU-…", "pci": "0000:18:00.0", "numa_node": 0, "socket": 0,
-               "pcie_switches": ["0000:16:00.0"], "nvswitch": true, "nvlinks": {"1": 18, …}}, …],
+               "pcie_switches": ["0000:16:00.0"], "pcie_root": "pci0000:15", "nvswitch": true,
+               "nvlinks": {"1": 18, …}}, …],
      "nics": [{"name": "mlx5_0", "pci": "0000:1a:00.0", "numa_node": 0, "socket": 0,
-               "pcie_switches": ["0000:16:00.0"], "rate_gbps": 400,
+               "pcie_switches": ["0000:16:00.0"], "pcie_root": "pci0000:15", "rate_gbps": 400,
                "device_nodes": ["/dev/infiniband/uverbs0"], "nearest_gpus": [0]}, …],
      "gpu_links": [{"gpu": 0, "peer": 1, "level": "nvlink", "nvlinks": 18, "cost": 22}, …],
      "nic_links": [{"gpu": 0, "nic": "mlx5_0", "level": "pcie_switch", "cost": 50}, …],
      "errors": []}
 
 ``levels``: each level's base cost (``runtimekit.state.topology.LEVEL_COST``; an NVLink pair costs
-its base less one per link). ``nearest_gpus``: the GPUs nearest the NIC (least cost). Unknown NUMA
-nodes and sockets are null.
+its base less one per link). ``nearest_gpus``: the GPUs nearest the NIC (least cost). ``pcie_root``:
+the PCIe root complex, the host bridge its sysfs path starts at (Kubernetes'
+resource.kubernetes.io/pcieRoot). Unknown NUMA nodes, sockets and PCIe roots are null.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ def render_topology(topology: Topology) -> dict[str, Any]:
         "gpus": [{
             "index": gpu.ref.index, "uuid": gpu.ref.uuid, "pci": str(gpu.ref.pci) if gpu.ref.pci else None,
             "numa_node": gpu.numa_node, "socket": gpu.socket, "pcie_switches": list(gpu.pcie_switches),
-            "nvswitch": gpu.nvswitch, "nvlinks": {str(peer): links for peer, links in sorted(gpu.nvlinks.items())},
+            "pcie_root": gpu.pcie_root or None, "nvswitch": gpu.nvswitch, "nvlinks": {str(peer): links for peer, links in sorted(gpu.nvlinks.items())},
         } for gpu in topology.gpus],
         "nics": [{
             "name": nic.name, "pci": nic.pci, "numa_node": nic.numa_node, "socket": nic.socket,
-            "pcie_switches": list(nic.pcie_switches), "rate_gbps": nic.rate_gbps, "device_nodes": list(nic.device_nodes),
+            "pcie_switches": list(nic.pcie_switches), "pcie_root": nic.pcie_root or None, "rate_gbps": nic.rate_gbps,
+            "device_nodes": list(nic.device_nodes),
             "nearest_gpus": list(nearest_gpus(topology, nic.name)),
         } for nic in topology.nics],
         "gpu_links": [{"gpu": a, "peer": b, "level": link.level, "nvlinks": link.nvlinks, "cost": link.cost}

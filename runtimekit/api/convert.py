@@ -10,16 +10,20 @@ constants below — data in the messages, so that other kinds and vendors need n
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyped]
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
 from runtimekit.gpu.refs import gpu_ref
-from runtimekit.gpu.types import GpuSnapshot, MigDevice, NodeSnapshot, is_available
+from runtimekit.gpu.types import ARCHITECTURE_NAMES, GpuSnapshot, MigDevice, NodeSnapshot, is_available
 from runtimekit.state import NodeView
 from runtimekit.state.health import HEALTHY, RECOVERING, SUSPECT, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth, SliceHealth
 from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, Slice, SliceRequest
+
+if TYPE_CHECKING:
+    from runtimekit.gpu.mig import MigProfile
 
 MIB = 1 << 20  # bytes in one MiB
 DEVICE_KIND = "gpu"
@@ -46,7 +50,8 @@ def timestamp(unix_seconds: float) -> Timestamp:
 
 
 def slice_request(message: service_pb2.CreateSliceRequest) -> SliceRequest:
-    """CreateSliceRequest -> the raw SliceRequest the slicer validates (field for field)."""
+    """CreateSliceRequest -> the raw SliceRequest the slicer validates (field for field; an absent
+    placement_start is None)."""
     return SliceRequest(
         mode=message.mode,
         memory=message.memory,
@@ -56,6 +61,8 @@ def slice_request(message: service_pb2.CreateSliceRequest) -> SliceRequest:
         container=message.container,
         owner_id=message.owner_id,
         priority=message.priority,
+        profile=message.profile,
+        placement_start=message.placement_start if message.HasField("placement_start") else None,
     )
 
 
@@ -173,16 +180,27 @@ def partition_message(mig: MigDevice) -> slice_pb2.Partition:
     )
 
 
+def profile_message(profile: MigProfile) -> slice_pb2.PartitionProfile:
+    """A partition profile the device offers (MiB -> bytes; placements ascending)."""
+    return slice_pb2.PartitionProfile(
+        profile_id=profile.id, name=profile.name, compute_slices=profile.compute_slices,
+        memory_slices=profile.memory_slices, memory_bytes=profile.memory_mib * MIB, placements=sorted(profile.placements),
+    )
+
+
 def device_message(
     ref: GpuRef, gpu: GpuSnapshot | None, info: DeviceModeInfo | None, health: GpuHealth | None
 ) -> node_pb2.Device:
     """One device: its sample (``gpu``, None if not sampled), its slicing (``info``, None when the
-    slicer is disabled) and its health (None before a verdict)."""
+    slicer is disabled: no partition profiles then) and its health (None before a verdict).
+    ``architecture`` is the sample's when it is one of ``ARCHITECTURE_NAMES``, else ""."""
     message = node_pb2.Device(ref=device_ref(ref))
     if gpu is not None:
         message.lost = gpu.lost
         if is_available(gpu.identity.name):
             message.model = gpu.identity.name
+        if is_available(gpu.identity.architecture) and gpu.identity.architecture in ARCHITECTURE_NAMES:
+            message.architecture = gpu.identity.architecture
         if is_available(gpu.limits.memory_total_bytes):
             message.memory_bytes = gpu.limits.memory_total_bytes
         message.partitions.extend(partition_message(mig) for mig in sorted(
@@ -198,6 +216,10 @@ def device_message(
         ))
         if not message.memory_bytes:
             message.memory_bytes = info.memory_mib * MIB
+        if info.mig_capable:
+            message.partition_profiles.extend(profile_message(p) for p in sorted(info.profiles, key=lambda p: p.id))
+            message.partition_memory_slices = info.memory_slices
+            message.partition_compute_slices = info.compute_slices
     if health is not None:
         message.health.CopyFrom(device_health(health))
     return message

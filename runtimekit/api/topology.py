@@ -34,14 +34,15 @@ def level_name(link: Link) -> str:
 
 def nic_message(nic: NicPlace) -> node_pb2.Nic:
     return node_pb2.Nic(name=nic.name, pci_address=nic.pci, numa_node=nic.numa_node, socket=nic.socket,
-                        pcie_switches=nic.pcie_switches, rate_gbps=nic.rate_gbps, device_nodes=nic.device_nodes)
+                        pcie_switches=nic.pcie_switches, rate_gbps=nic.rate_gbps, device_nodes=nic.device_nodes,
+                        pcie_root=nic.pcie_root)
 
 
 def topology_message(topology: Topology) -> node_pb2.Topology:
     """The node's topology: places by index / name, every pair by index."""
     return node_pb2.Topology(
         devices=[node_pb2.DevicePlace(ref=device_ref(gpu.ref), numa_node=gpu.numa_node, socket=gpu.socket,
-                                      pcie_switches=gpu.pcie_switches, switched_fabric=gpu.nvswitch)
+                                      pcie_switches=gpu.pcie_switches, switched_fabric=gpu.nvswitch, pcie_root=gpu.pcie_root)
                  for gpu in topology.gpus],
         nics=[nic_message(nic) for nic in topology.nics],
         device_links=[node_pb2.DeviceLink(device_index=a, peer_index=b, level=level_name(link), links=link.nvlinks, cost=link.cost)

@@ -36,6 +36,11 @@ class Unavailable:
 
 NOT_SUPPORTED = Unavailable("not_supported")
 
+#: The architectures ``GpuIdentity.architecture`` names (NVML nvmlDeviceGetArchitecture,
+#: NVML_DEVICE_ARCH_*, in lower case: ``runtimekit.gpu.reader.ARCHITECTURES``); a value NVML adds
+#: later reads "arch<N>".
+ARCHITECTURE_NAMES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
 Reading: TypeAlias = T | Unavailable  # a reading, or why there is none
 
 
@@ -55,7 +60,7 @@ class GpuIdentity:
     serial: Reading[str]
     vbios_version: Reading[str]
     board_part_number: Reading[str]
-    architecture: Reading[str]  # "ampere", "hopper", ...
+    architecture: Reading[str]  # one of ARCHITECTURE_NAMES ("ampere", "hopper"), else "arch<N>"
     cuda_compute_capability: Reading[str]  # "9.0"
 
 

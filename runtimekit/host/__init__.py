@@ -8,11 +8,13 @@ fixture tree. ``runtimekit sim record`` uses it; topology discovery can share it
 from .nics import RdmaNic, rdma_nics
 from .pci import (
     device_numa_node,
+    device_pcie_root,
     device_switches,
     normalise_bus_id,
     pci_device_dir,
     pci_numa_node,
     pci_path,
+    pcie_root,
     pcie_switches_above,
 )
 from .sysfs import DEFAULT_SYS_ROOT, NumaNode, cpu_sockets, format_cpulist, numa_nodes, parse_cpulist, read_fact
@@ -23,6 +25,7 @@ __all__ = [
     "RdmaNic",
     "cpu_sockets",
     "device_numa_node",
+    "device_pcie_root",
     "device_switches",
     "format_cpulist",
     "normalise_bus_id",
@@ -31,6 +34,7 @@ __all__ = [
     "pci_device_dir",
     "pci_numa_node",
     "pci_path",
+    "pcie_root",
     "pcie_switches_above",
     "rdma_nics",
     "read_fact",

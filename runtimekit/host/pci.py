@@ -8,12 +8,19 @@ the device hangs off), so the upstream ports name the switches. ``numa_node`` is
 platform has no NUMA affinity. Source: Linux ``Documentation/ABI/testing/sysfs-bus-pci``,
 ``Documentation/PCI/sysfs-pci.rst``.
 
+The PCIe root complex of a device is the first component of that path below ``devices/``, the
+host bridge ``pci<domain>:<bus>`` ("pci0000:00"): the value of Kubernetes' standard device attribute
+``resource.kubernetes.io/pcieRoot``, derived as k8s.io/dynamic-resource-allocation does it
+(``deviceattribute/pci_linux.go``, ``resolvePCIeRoot``: the link ``bus/pci/devices/<address>``
+must lead into ``devices/pci…`` and end at the address).
+
 Bus ids are NVML's format (``00000000:05:00.0``: 8-digit domain, upper case); sysfs uses a
 4-digit lower-case domain (``0000:05:00.0``). Both are accepted.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from runtimekit.state.refs import normal_pci
@@ -21,9 +28,13 @@ from runtimekit.state.refs import normal_pci
 from .sysfs import DEFAULT_SYS_ROOT
 
 __all__ = [
-    "device_numa_node", "device_switches", "normalise_bus_id", "numa_node_id", "pci_device_dir", "pci_numa_node",
-    "pci_path", "pcie_switches_above",
+    "device_numa_node", "device_pcie_root", "device_switches", "normalise_bus_id", "numa_node_id", "pci_device_dir",
+    "pci_numa_node", "pci_path", "pcie_root", "pcie_switches_above",
 ]
+
+#: A host bridge's directory under ``devices/``: "pci" + the PCI domain + ":" + its root bus, in
+#: lower-case hex as sysfs writes them (domains above ffff, VMD's, are not PCI addresses here: refs).
+_HOST_BRIDGE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 
 
 def normalise_bus_id(bus_id: str) -> str | None:
@@ -89,3 +100,23 @@ def pcie_switches_above(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) ->
     the root first; [] when the device is absent (``device_switches``)."""
     d = pci_device_dir(bus_id, sys_root)
     return device_switches(d) if d is not None else []
+
+
+def device_pcie_root(device_dir: Path, sys_root: str | Path = DEFAULT_SYS_ROOT) -> str | None:
+    """The PCIe root complex ("pci0000:15") of the PCI function whose resolved sysfs directory is
+    ``device_dir``: the first component of its path below ``<sys_root>/devices``; None when the
+    device is not below a host bridge there (the path leads elsewhere, or its first component is
+    no ``pci<domain>:<bus>``)."""
+    try:
+        below = device_dir.relative_to(Path(sys_root).resolve() / "devices")
+    except ValueError:
+        return None
+    first = below.parts[0] if below.parts else ""
+    return first if _HOST_BRIDGE.fullmatch(first) and len(below.parts) > 1 else None
+
+
+def pcie_root(bus_id: str, sys_root: str | Path = DEFAULT_SYS_ROOT) -> str | None:
+    """The PCIe root complex ("pci0000:15") of PCI function ``bus_id``; None when the device is
+    absent or not below a host bridge (``device_pcie_root``)."""
+    d = pci_device_dir(bus_id, sys_root)
+    return device_pcie_root(d, sys_root) if d is not None else None

@@ -8,7 +8,8 @@ A slice is a share of one card: ``compute`` percent of its compute (1–100; 0 =
 - ``tdm`` (time-division multiplexing): the card is time-shared; the limits are handed to the layer
   that intercepts CUDA (HAMi-core's ``CUDA_DEVICE_MEMORY_LIMIT`` / ``CUDA_DEVICE_SM_LIMIT``, MPS's
   ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` / ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) in a CDI spec;
-- ``mig``: a MIG GPU instance with one compute instance, the smallest profile that holds both.
+- ``mig``: a MIG GPU instance with one compute instance, the smallest profile that holds both, or
+  the ``profile`` asked for by name (at ``placement_start`` when given).
 
 The card-mode rule: TDM and MIG never on one card at once; cards of one node may differ; a card's
 mode changes only when it has no slices. Units: memory in MiB (1 MiB = 2**20 bytes), compute in
@@ -20,9 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from runtimekit.state.refs import GpuRef, MigRef
+
+if TYPE_CHECKING:  # annotations only: the base's state does not load NVML's bindings
+    from runtimekit.gpu.mig import MigProfile
 
 SliceMode = Literal["tdm", "mig"]
 SLICE_MODES: tuple[SliceMode, ...] = ("tdm", "mig")
@@ -84,21 +88,30 @@ class DeviceSelector:
 
 @dataclass(frozen=True, slots=True)
 class SliceSpec:
-    """What a caller asks for, validated (``runtimekit.slicer.spec`` parses and checks it)."""
+    """What a caller asks for, validated (``runtimekit.slicer.spec`` parses and checks it).
+
+    ``profile`` (MIG only, with a named device) is a MIG profile's name as the driver reports it
+    ("1g.10gb"); "" lets the planner take the smallest that holds compute and memory. With a
+    profile, ``compute`` 0 and ``memory_mib`` 0 mean "what the profile gives". ``placement_start``
+    (only with a profile) is the memory slice its GPU instance must start at; None lets the
+    planner choose."""
 
     mode: SliceMode
-    compute: int  # percent of one card, 1-100; 0 = unlimited
-    memory_mib: int  # > 0, a multiple of MEMORY_STEP_MIB, at most the card's memory
+    compute: int  # percent of one card, 1-100; 0 = unlimited (with a profile: what it gives)
+    memory_mib: int  # a multiple of MEMORY_STEP_MIB, at most the card's memory; > 0, or 0 with a profile
     device: DeviceSelector = field(default_factory=DeviceSelector)
     owner: Owner = field(default_factory=Owner)
     priority: int = 0  # higher is more important; informational for the CUDA-intercepting layer
+    profile: str = ""
+    placement_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SliceRequest:
     """A request as a caller sends it, not yet validated: the gRPC API's CreateSlice fields, the
-    command line's flags. ``memory`` is "NGiB" or "NMiB"; ``device`` is "" or "any", an index or a
-    GPU UUID. The slicer validates it (``runtimekit.slicer.spec``) into a ``SliceSpec``."""
+    command line's flags. ``memory`` is "NGiB" or "NMiB" ("" with a profile); ``device`` is "" or
+    "any", an index or a GPU UUID; ``profile`` a MIG profile's name or ""; ``placement_start`` a
+    memory slice or None. The slicer validates it (``runtimekit.slicer.spec``) into a ``SliceSpec``."""
 
     mode: str
     memory: str
@@ -108,6 +121,8 @@ class SliceRequest:
     container: str = ""
     owner_id: str = ""
     priority: int = 0
+    profile: str = ""
+    placement_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +153,13 @@ DeviceModeName = SliceMode  # a card is in the mode of the slices it takes
 @dataclass(frozen=True, slots=True)
 class DeviceModeInfo:
     """A card as the slicer sees it: its mode, whether a MIG mode change waits for a GPU reset
-    (``pending``, the mode it becomes), its slices and what is left for new ones."""
+    (``pending``, the mode it becomes), its slices and what is left for new ones.
+
+    On a MIG-capable card, ``profiles`` are the MIG GPU-instance profiles its driver offers (in
+    the driver's enum order, each with every allowed placement) and ``memory_slices`` /
+    ``compute_slices`` its slices in all (``runtimekit.slicer.cards`` derives them from the
+    profiles); NVML lists profiles only in MIG mode, so a card in ``tdm`` mode has them once the
+    slicer has seen it in MIG mode, else ``()`` and 0."""
 
     gpu: GpuRef
     mode: DeviceModeName
@@ -149,6 +170,9 @@ class DeviceModeInfo:
     compute_free: int = 100  # percent of the card no TDM slice holds
     memory_free_mib: int = 0
     slices: tuple[str, ...] = ()  # slice ids on this card
+    profiles: tuple[MigProfile, ...] = ()
+    memory_slices: int = 0  # MIG memory slices in all (8 on A100/H100/H200)
+    compute_slices: int = 0  # MIG compute slices in all (7 on A100/H100/H200)
 
 
 @dataclass(frozen=True, slots=True)

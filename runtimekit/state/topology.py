@@ -48,7 +48,9 @@ class Link:
 class GpuPlace:
     """Where one GPU sits. ``pcie_switches``: the upstream ports of the PCIe switches above it,
     nearest the root first (PCI addresses, ``runtimekit.state.refs`` spelling); empty when it hangs
-    off a root port. ``nvlinks``: peer GPU index -> links between them (direct or through NVSwitch)."""
+    off a root port. ``nvlinks``: peer GPU index -> links between them (direct or through NVSwitch).
+    ``pcie_root``: its PCIe root complex as sysfs names the host bridge ("pci0000:15",
+    ``runtimekit.host.pcie_root``; Kubernetes' resource.kubernetes.io/pcieRoot); "" when unknown."""
 
     ref: GpuRef
     numa_node: int | None = None
@@ -56,12 +58,13 @@ class GpuPlace:
     pcie_switches: tuple[str, ...] = ()
     nvlinks: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     nvswitch: bool = False  # its NVLinks end at NVSwitches
+    pcie_root: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class NicPlace:
     """Where one RDMA NIC sits (``/sys/class/infiniband/<name>``), and the device nodes a container
-    needs to use it (``/dev/infiniband/uverbsN``, ...)."""
+    needs to use it (``/dev/infiniband/uverbsN``, ...). ``pcie_root`` as ``GpuPlace``'s."""
 
     name: str
     pci: str
@@ -70,6 +73,7 @@ class NicPlace:
     pcie_switches: tuple[str, ...] = ()
     rate_gbps: int = 0
     device_nodes: tuple[str, ...] = ()
+    pcie_root: str = ""
 
 
 @dataclass(frozen=True, slots=True)

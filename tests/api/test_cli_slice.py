@@ -105,6 +105,9 @@ async def test_a_socket_nobody_serves_is_one_line(short_dir: Path, capsys: pytes
     ("--priority", "ten", "must be an integer"),
     ("--timeout", "-1", "must be a finite number of seconds above 0"),
     ("--timeout", "nan", "must be a finite number of seconds above 0"),
+    ("--placement", "-1", "must be an integer from 0 to 4294967295"),
+    ("--placement", "4294967296", "must be an integer from 0 to 4294967295"),
+    ("--placement", "two", "must be an integer"),
 ])
 def test_flags_out_of_what_a_request_can_carry_are_refused_by_name(
     short_dir: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, rule: str
@@ -114,3 +117,23 @@ def test_flags_out_of_what_a_request_can_carry_are_refused_by_name(
               "--socket", str(short_dir / "absent.sock")])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and f"argument {flag}: {rule}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("extra", "start"), [(["--placement", "6"], 6), (["--placement", "0"], 0), ([], None)])
+async def test_create_with_a_profile_sends_it_and_the_placement_without_memory(
+    api: Api, capsys: pytest.CaptureFixture[str], extra: list[str], start: int | None
+) -> None:
+    code, _, err = await run(capsys, "slice", "create", "--socket", api.server.socket_path, "--mode", "mig", "--device", "1",
+                             "--profile", "1g.10gb", "--owner", "me", *extra)
+    sent = api.slicer.calls[-1][1]
+    assert (sent.profile, sent.placement_start, sent.memory, sent.compute, sent.device) == ("1g.10gb", start, "", 0, "1")
+    assert code == 2 and err.startswith("runtimekit: error: INVALID_ARGUMENT: memory:")  # the fake slicer wants memory
+
+
+def test_create_help_documents_profile_and_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["slice", "create", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--profile NAME mode mig: the MIG profile to make" in text
+    assert "--placement START with --profile: the memory slice the partition starts at" in text
+    assert "required unless --profile is given" in text

@@ -73,3 +73,25 @@ def test_a_damaged_row_is_named(tmp_path: Path) -> None:
     journal._conn.execute("UPDATE slices SET spec = '{\"mode\": 1}'")
     with pytest.raises(JournalError, match="slice s-0123456789ab: the stored spec is not one"):
         journal.records()
+
+
+def test_a_spec_naming_a_profile_and_placement_survives_reopening(tmp_path: Path) -> None:
+    named = SliceSpec("mig", 0, 0, DeviceSelector(index=0), Owner(owner_id="dra:uid:0"), 0, "1g.10gb", 3)
+    journal = Journal.in_state_dir(tmp_path)
+    journal.insert(record(spec=named))
+    journal.close()
+    (again,) = Journal(tmp_path / FILE_NAME).records()
+    assert again.spec == named
+
+
+def test_a_row_written_before_profiles_reads_as_naming_none(tmp_path: Path) -> None:
+    """A journal of an agent before CreateSlice took a profile: its spec JSON has no profile and
+    no placement_start key (as that agent's ``json.dumps(asdict(spec))`` wrote it)."""
+    journal = Journal.in_state_dir(tmp_path)
+    journal.insert(record())
+    old = ('{"compute": 30, "device": {"index": 1, "uuid": null}, "memory_mib": 20480, "mode": "mig", '
+           '"owner": {"container": "c", "owner_id": "", "pod_uid": "u"}, "priority": 5}')
+    journal._conn.execute("UPDATE slices SET spec = ?", (old,))
+    journal.close()
+    (again,) = Journal(tmp_path / FILE_NAME).records()
+    assert again.spec == SPEC and (again.spec.profile, again.spec.placement_start) == ("", None)

@@ -171,3 +171,60 @@ def test_plans_never_overlap_exceed_or_touch_instances(model: str, cards: int, p
             assert choice.start + choice.profile.memory_slices <= start or start + size <= choice.start
         live.append((choice.index, choice.start, choice.profile))
         assert sum(p.compute_slices for c, _, p in live if c == choice.index) <= COMPUTE_SLICES
+
+
+# --- a profile asked for by name --------------------------------------------------------------
+
+def named(profile: str, start: int | None = None, compute: int = 0, memory_mib: int = 0) -> SliceSpec:
+    return SliceSpec(mode="mig", compute=compute, memory_mib=memory_mib, profile=profile, placement_start=start)
+
+
+def test_a_named_profile_is_taken_even_where_a_smaller_one_holds_the_slice() -> None:
+    choice = plan_mig([card(0)], named("2g.20gb", compute=10, memory_mib=GIB), "binpack")
+    assert (choice.profile.name, choice.start) == ("2g.20gb", 0)
+    assert plan_mig([card(0)], named("1g.10gb+me"), "binpack").profile.name == "1g.10gb+me"  # never chosen unnamed
+
+
+def test_a_named_placement_is_taken_exactly_even_where_it_costs_capacity() -> None:
+    choice = plan_mig([card(0)], named("3g.40gb", start=0), "binpack")  # unnamed, a 3g goes to 4
+    assert (choice.profile.name, choice.start) == ("3g.40gb", 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(PROFILES)), st.data())
+def test_a_named_placement_is_taken_when_free_and_refused_when_not(model: str, data: st.DataObject) -> None:
+    profiles = PROFILES[model]
+    profile = data.draw(st.sampled_from(profiles))
+    start = data.draw(st.integers(0, MEMORY_SLICES))
+    other = data.draw(st.sampled_from(profiles))
+    taken = tuple((s, other.memory_slices) for s in data.draw(st.lists(st.sampled_from(other.placements), max_size=1)))
+    try:
+        choice = plan_mig([card(0, taken, profiles)], named(profile.name, start), "spread")
+    except SliceError as error:
+        assert error.field == "placement_start"
+        overlaps = any(start < s + size and s < start + profile.memory_slices for s, size in taken)
+        assert error.code == ("invalid_argument" if start not in profile.placements else "failed_precondition")
+        assert error.code == "invalid_argument" or overlaps
+        return
+    assert (choice.profile, choice.start) == (profile, start)
+    assert all(start + profile.memory_slices <= s or s + size <= start for s, size in taken)
+
+
+def test_refusals_of_a_named_profile_name_field_and_rule() -> None:
+    with pytest.raises(SliceError) as unknown:
+        plan_mig([card(3)], named("9g.90gb"), "binpack")
+    assert (unknown.value.code, unknown.value.field) == ("invalid_argument", "profile")
+    assert "one of the MIG profiles GPU 3 offers (1g.10gb, 1g.10gb+me, 1g.20gb" in str(unknown.value)
+    with pytest.raises(SliceError) as held:
+        plan_mig([card(0, ((2, 2),))], named("1g.20gb", start=2), "binpack")
+    assert (held.value.code, held.value.field) == ("failed_precondition", "placement_start")
+    assert str(held.value) == ("placement_start: 1g.20gb at 2 takes memory slices 2-3 of GPU 0, held by a GPU instance at "
+                               "memory slices 2-3; free placements of 1g.20gb: 0, 4, 6")
+    with pytest.raises(SliceError) as too_much:
+        plan_mig([card(0)], named("1g.10gb", compute=0, memory_mib=10 * GIB), "binpack")
+    assert (too_much.value.code, too_much.value.field) == ("invalid_argument", "memory")
+
+
+def test_a_named_profile_on_several_candidates_is_the_callers_error() -> None:
+    with pytest.raises(ValueError, match="one card"):
+        plan_mig([card(0), card(1)], named("1g.10gb"), "binpack")

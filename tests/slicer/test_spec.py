@@ -175,3 +175,51 @@ def test_any_request_parses_or_raises_slice_error_only(req: SliceRequest) -> Non
         assert error.field in {"mode", "memory", "compute", "device", "pod_uid", "container", "owner_id", "priority"}
     else:
         assert parse_request(to_request(spec)) == spec
+
+
+# --- profile and placement_start --------------------------------------------------------------
+
+def mig_named(**changes: Any) -> SliceRequest:
+    return request(**{"mode": "mig", "memory": "", "compute": 0, "device": "0", "profile": "1g.10gb", **changes})
+
+
+def test_a_named_profile_needs_no_memory_or_compute_and_keeps_its_placement() -> None:
+    spec = parse_request(mig_named(placement_start=3))
+    assert (spec.profile, spec.placement_start, spec.memory_mib, spec.compute) == ("1g.10gb", 3, 0, 0)
+    assert parse_request(to_request(spec)) == spec
+    given = parse_request(mig_named(memory="5GiB", compute=10, device=GPU))
+    assert (given.memory_mib, given.compute, given.device, given.placement_start) == (5120, 10, DeviceSelector(uuid=GPU), None)
+
+
+@pytest.mark.parametrize(("changes", "field", "message"), [
+    ({"mode": "tdm"}, "profile", "profile: only with mode 'mig' (a partition profile), not mode 'tdm', got '1g.10gb'"),
+    ({"device": ""}, "profile", "profile: only with a device given as a GPU index or UUID (a profile is one card's), "
+                                "not device '', got '1g.10gb'"),
+    ({"device": "any"}, "profile", "profile: only with a device given as a GPU index or UUID (a profile is one card's), "
+                                   "not device 'any', got '1g.10gb'"),
+    ({"profile": "1g 10gb"}, "profile", "profile: '' or a MIG profile's name as GetNode lists it (1-64 of letters, digits "
+                                        "and . + -, e.g. 1g.10gb), got '1g 10gb'"),
+    ({"profile": 19, "memory": "1GiB"}, "profile", "profile: '' or a MIG profile's name as GetNode lists it (1-64 of letters, digits "
+                                 "and . + -, e.g. 1g.10gb), got 19"),
+    ({"profile": "", "memory": "1GiB", "placement_start": 0}, "placement_start",
+     "placement_start: only with a profile (a placement is one profile's), got 0"),
+    ({"placement_start": -1}, "placement_start",
+     "placement_start: absent, or an integer 0-4294967295 (the memory slice the partition starts at), got -1"),
+    ({"placement_start": True}, "placement_start",
+     "placement_start: absent, or an integer 0-4294967295 (the memory slice the partition starts at), got True"),
+    ({"profile": ""}, "memory", "memory: NGiB or NMiB with N a whole number (MiB a multiple of 128), no spaces, got ''"),
+])
+def test_profile_and_placement_refusals_name_their_field_and_rule(changes: dict[str, Any], field: str, message: str) -> None:
+    error = refusal(mig_named(**changes))
+    assert (error.field, str(error)) == (field, message)
+
+
+@given(VALID, st.sampled_from(["1g.10gb", "3g.40gb", "1g.10gb+me", "1c.2g.20gb"]), st.one_of(st.none(), st.integers(0, 7)),
+       st.booleans())
+def test_every_valid_named_profile_request_round_trips(req: SliceRequest, profile: str, start: int | None,
+                                                       memory_given: bool) -> None:
+    named = dataclasses.replace(req, mode="mig", device=req.device if req.device not in ("", "any") else "0", profile=profile,
+                                placement_start=start, memory=req.memory if memory_given else "")
+    spec = parse_request(named)
+    assert (spec.profile, spec.placement_start, spec.memory_mib == 0) == (profile, start, not memory_given)
+    assert parse_request(to_request(spec)) == spec

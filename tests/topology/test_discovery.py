@@ -67,6 +67,11 @@ def test_dgx_h100_every_pair_is_linked_through_the_nvswitch_and_each_gpu_has_its
     assert nics["mlx5_0"].device_nodes == ("/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm")
     assert nics["mlx5_11"].device_nodes == ("/dev/infiniband/uverbs7", "/dev/infiniband/rdma_cm")
     assert nics["mlx5_0"].pcie_switches == topology.gpus[0].pcie_switches
+    # each GPU and its NIC sit under one PCIe switch below one root port: one root complex, the
+    # host bridge sysfs names after the root port's bus (GPU 0: root port 0000:15:01.0)
+    assert topology.gpus[0].pcie_root == nics["mlx5_0"].pcie_root == "pci0000:15"
+    assert len({g.pcie_root for g in topology.gpus}) == 8
+    assert all(nics[nic].pcie_root == topology.gpus[gpu].pcie_root for gpu, nic in own.items())
 
 
 def test_pcie_server_pairs_share_switches_and_sockets_split_the_rest(simulated) -> None:

@@ -11,12 +11,14 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import grpc.aio
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit import config as config_module
 from runtimekit import sim
+from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api import ApiServer
 from runtimekit.cli import main
 from runtimekit.cli_topo import matrix
@@ -76,6 +78,7 @@ async def test_http_answers_503_before_the_first_discovery_then_the_topology(htt
     assert [g["index"] for g in body["gpus"]] == list(range(8))
     assert body["gpus"][0]["nvswitch"] is True and body["gpus"][0]["nvlinks"]["7"] == 18
     assert body["gpus"][0]["pci"] == "0000:18:00.0" and body["gpus"][0]["numa_node"] == 0
+    assert body["gpus"][0]["pcie_root"] == body["nics"][0]["pcie_root"] == "pci0000:15"
     assert {(link["level"], link["nvlinks"]) for link in body["gpu_links"]} == {("nvlink", 18)}
     assert len(body["gpu_links"]) == 28
     nic = body["nics"][0]
@@ -106,12 +109,15 @@ async def test_topo_prints_the_pcie_servers_matrix_with_its_nics(short_dir: Path
     finally:
         await server.stop()
     assert (code, err) == (0, "")
-    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith(("GPU", "NIC")) and ":" not in line}
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+            if line.startswith(("GPU", "NIC")) and not line.startswith("NIC Legend")}
     header = next(line.split() for line in out.splitlines() if line.strip().startswith("GPU0"))
-    assert header == [f"GPU{i}" for i in range(8)] + ["NIC0", "NIC1", "NUMA", "Socket"]
-    assert rows["GPU0"] == ["X", "PIX", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS", "PIX", "SYS", "0", "0"]
-    assert rows["GPU5"][4] == "PIX" and rows["GPU5"][9] == "PIX" and rows["GPU5"][-2:] == ["1", "1"]
-    assert rows["NIC0"] == ["PIX", "PIX", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS", "X", "SYS"]
+    assert header == [f"GPU{i}" for i in range(8)] + ["NIC0", "NIC1", "NUMA", "Socket", "PCIe-Root"]
+    root0 = rows["GPU0"][-1]
+    assert rows["GPU0"] == ["X", "PIX", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS", "PIX", "SYS", "0", "0", root0]
+    assert root0.startswith("pci0000:")
+    assert rows["GPU5"][4] == "PIX" and rows["GPU5"][9] == "PIX" and rows["GPU5"][-3:-1] == ["1", "1"]
+    assert rows["NIC0"] == ["PIX", "PIX", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS", "X", "SYS", "0", "0", root0]
     assert "  NIC0: mlx5_0" in out and "  NIC1: mlx5_1" in out
     assert "  PIX  = Under a common PCIe switch" in out
 
@@ -127,6 +133,21 @@ async def test_topo_json_is_the_answer_in_protos_json_mapping(short_dir: Path, c
     assert len(body["devices"]) == 8 and len(body["nics"]) == 8
     assert {(link["level"], link["links"]) for link in body["device_links"]} == {("interconnect", 18)}
     assert body["devices"][0]["switched_fabric"] is True and body["nics"][0]["device_nodes"] == ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]
+
+
+async def test_get_topology_names_each_places_pcie_root_gpu_0_and_mlx5_0_share_one(short_dir: Path) -> None:
+    """On dgx-h100 GPU 0 and mlx5_0 hang off one PCIe switch below root port 0000:15:01.0, as on
+    the real machine: GetTopology gives both the root complex "pci0000:15"."""
+    server, _ = await serve_topology(short_dir, "dgx-h100")
+    try:
+        async with grpc.aio.insecure_channel(f"unix:{server.socket_path}") as channel:
+            answer = await service_pb2_grpc.AgentServiceStub(channel).GetTopology(service_pb2.GetTopologyRequest())
+    finally:
+        await server.stop()
+    devices, nics = answer.topology.devices, {nic.name: nic for nic in answer.topology.nics}
+    assert devices[0].ref.index == 0 and devices[0].pcie_root == nics["mlx5_0"].pcie_root == "pci0000:15"
+    assert all(device.pcie_root.startswith("pci0000:") for device in devices)
+    assert devices[4].pcie_root == nics["mlx5_6"].pcie_root != devices[0].pcie_root
 
 
 async def test_topo_before_discovery_says_so_in_one_line(short_dir: Path, capsys) -> None:
@@ -148,5 +169,5 @@ def test_the_matrix_lists_what_discovery_could_not_read() -> None:
     topology = node_pb2.Topology(devices=[node_pb2.DevicePlace(ref=slice_pb2.DeviceRef(index=0))],
                                  errors=["GPU 0: PCI function 0000:18:00.0 is not in /sys/bus/pci/devices"])
     text = matrix(topology)
-    assert text.splitlines()[1].split() == ["GPU0", "X", "N/A", "N/A"]
+    assert text.splitlines()[1].split() == ["GPU0", "X", "N/A", "N/A", "N/A"]
     assert text.endswith("Not read (those places are unknown above):\n  GPU 0: PCI function 0000:18:00.0 is not in /sys/bus/pci/devices")

@@ -47,7 +47,7 @@ def test_topo_on_a_simulated_dgx_h100_shows_nvlink_everywhere_and_each_gpus_own_
     assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
     lines = shown.stdout.splitlines()
     header = lines[0].split()
-    assert header == [f"GPU{i}" for i in range(8)] + [f"NIC{i}" for i in range(8)] + ["NUMA", "Socket"]
+    assert header == [f"GPU{i}" for i in range(8)] + [f"NIC{i}" for i in range(8)] + ["NUMA", "Socket", "PCIe-Root"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:17]}
     nic_names = dict(line.strip().split(": ") for line in lines if line.startswith("  NIC"))
     for gpu in range(8):
