@@ -126,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
     from runtimekit.topology.allocator import allocate
 
     add_topo_parser(commands, _scenario_topology, allocate)
+    from runtimekit.cli_status import add_status_parser  # status: the node at a glance, over HTTP
+
+    add_status_parser(commands)
     return root
 
 

@@ -10,13 +10,11 @@ has no simulator code, keys or routes. NVML is shut down last, in a thread of it
 from __future__ import annotations
 
 import asyncio
-import html
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from runtimekit import __version__
 from runtimekit.components import Shared, component_table, shutdown_nvml
 from runtimekit.config import Config
 from runtimekit.exporter import ExpositionCache, add_exporter_routes, build_collector_set
@@ -25,6 +23,7 @@ from runtimekit.healthcheck.api import add_health_routes
 from runtimekit.listener import serve_app
 from runtimekit.slicer.manager import Slicer
 from runtimekit.state import NodeState
+from runtimekit.statuspage import add_status_routes
 from runtimekit.supervisor import ComponentSpec, Supervisor
 from runtimekit.topology.routes import add_topology_routes
 
@@ -71,7 +70,7 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
     add_topology_routes(app, state)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/", _landing)
+    add_status_routes(app, state, app[DESCRIPTION])  # / and /api/v1/node
     return app
 
 
@@ -104,29 +103,6 @@ async def _readyz(request: web.Request) -> web.Response:
     if not ready:
         return web.Response(status=503, text=f"not ready: {why}\n")
     return web.Response(text="ready\n")
-
-
-async def _landing(request: web.Request) -> web.Response:
-    snapshot = request.app[STATE].snapshot
-    if snapshot is None:
-        status = "waiting for the first sample"
-    elif not snapshot.nvml_up:
-        status = f"NVML unavailable: {snapshot.nvml_error}"
-    else:
-        status = f"{snapshot.device_count} GPUs"
-    node = html.escape(request.app[DESCRIPTION])
-    body = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Runtime Kit</title></head>
-<body><h1>Runtime Kit {__version__}</h1>
-<p>GPU node agent on {node}: {html.escape(status)}.</p>
-<ul>
-<li><a href="/metrics">/metrics</a> — Prometheus metrics</li>
-<li><a href="/healthz">/healthz</a> — alive</li>
-<li><a href="/readyz">/readyz</a> — ready once the first snapshot exists and no required component is down</li>
-<li><a href="/api/v1/health">/api/v1/health</a> — health verdict per GPU, active faults, affected pods</li>
-</ul></body></html>
-"""
-    return web.Response(text=body, content_type="text/html")
 
 
 async def serve(

@@ -1,0 +1,271 @@
+"""``runtimekit status``: one agent's node at a glance in a terminal — each GPU's health,
+utilization, memory, temperature and power, its faults, the slices (quota against use) and the top
+GPU processes — read from the agent's ``GET /api/v1/node`` (the document the status page at ``/``
+draws, ``runtimekit.statuspage.node_json``). ``--watch`` draws it again every ``--interval``
+seconds until Ctrl-C (or ``--iterations`` frames); ``-o json`` prints the document itself.
+
+Units: memory in GiB (2**30 bytes), utilization in percent, temperature in °C, power in W.
+Colours only on a terminal (and never with ``NO_COLOR`` set). Exit codes, as ``runtimekit.cli``'s:
+0 done; 1 the agent unreachable or its answer unreadable (one line that says so; under ``--watch``,
+the last frame's fetch failed); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from runtimekit import config as config_module
+
+__all__ = ["add_status_parser", "fetch_node", "render"]
+
+EXIT_FAILURE = 1
+NODE_PATH = "/api/v1/node"
+GiB = 1 << 30
+BAR_WIDTH = 10
+COLOURS = {"healthy": "32", "suspect": "33", "unhealthy": "31", "lost": "31", "recovering": "34", "unknown": "2"}
+CLEAR = "\x1b[H\x1b[2J"
+
+
+class StatusError(Exception):
+    """The agent could not be read: the message says where and why, in one line."""
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def add_status_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``status`` on the root parser's subcommands."""
+    status = commands.add_parser("status", help="one agent's node at a glance: GPUs, health, slices, top processes")
+    status.add_argument("--address", default=f"http://127.0.0.1:{config_module.DEFAULT_PORT}", metavar="URL",
+                        help=f"the agent's HTTP address (default http://127.0.0.1:{config_module.DEFAULT_PORT}; "
+                        "HOST:PORT is read as http://HOST:PORT)")
+    status.add_argument("--watch", action="store_true", help="draw again every --interval seconds until Ctrl-C")
+    status.add_argument("--interval", type=_positive_seconds, default=2.0, metavar="SECONDS",
+                        help="seconds between frames with --watch (default 2)")
+    status.add_argument("--iterations", type=_count, default=None, metavar="N",
+                        help="with --watch, stop after N frames (default: until Ctrl-C)")
+    status.add_argument("--top", type=_count, default=5, metavar="N", help="GPU processes to list (default 5)")
+    status.add_argument("--timeout", type=_positive_seconds, default=5.0, metavar="SECONDS",
+                        help="give up on one fetch after this long (default 5)")
+    status.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                        help="output format (default table; json: the agent's /api/v1/node document)")
+    status.set_defaults(handler=_run_status)
+
+
+def node_url(address: str) -> str:
+    """The document's URL from ``--address``: a URL, or HOST:PORT taken as http."""
+    base = address if "://" in address else f"http://{address}"
+    return base.rstrip("/") + NODE_PATH
+
+
+def fetch_node(url: str, timeout: float) -> dict[str, Any]:
+    """The agent's node document; ``StatusError`` naming the URL and the cause otherwise."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as error:
+        raise StatusError(f"the agent at {url} answered HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise StatusError(f"cannot reach the agent at {url}: {reason}") from None
+    try:
+        document = json.loads(body)
+    except ValueError as error:
+        raise StatusError(f"the agent at {url} answered something that is not JSON: {error}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
+        raise StatusError(f"the agent at {url} answered JSON without a gpus list (not a runtimekit agent?)")
+    return document
+
+
+# -- drawing --------------------------------------------------------------------------------------
+
+
+def _known(value: Any) -> bool:
+    return value is not None
+
+
+def _bar(ratio: float | None) -> str:
+    if ratio is None:
+        return "[" + " " * BAR_WIDTH + "]"
+    filled = round(max(0.0, min(1.0, ratio)) * BAR_WIDTH)
+    return "[" + "#" * filled + "-" * (BAR_WIDTH - filled) + "]"
+
+
+def _percent(ratio: float | None) -> str:
+    return f"{round(ratio * 100)}%" if ratio is not None else "n/a"
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / GiB:.1f}" if value is not None else "n/a"
+
+
+def _health(gpu: dict[str, Any]) -> str:
+    if gpu.get("health"):
+        return str(gpu["health"]["state"])
+    return "lost" if gpu.get("lost") else "unknown"
+
+
+class _Painter:
+    """ANSI colours, or none (not a terminal, or NO_COLOR)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and code else text
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], paint: _Painter) -> list[str]:
+    """Left-aligned columns two spaces apart; a cell that is a health state (COLOURS) in its colour,
+    added after padding so that colours never skew the widths."""
+    widths = [max(len(cell) for cell in column) for column in zip(columns, *rows, strict=True)]
+    lines = []
+    for row in [columns, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append("  ".join(paint(cell, COLOURS.get(cell.strip(), "")) for cell in cells).rstrip())
+    return lines
+
+
+def _gpu_lines(document: dict[str, Any], paint: _Painter) -> list[str]:
+    rows, faults = [], []
+    for gpu in document["gpus"]:
+        health = _health(gpu)
+        used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
+        memory = f"{_bar(used / total if _known(used) and total else None)} {_gib(used)}/{_gib(total)} GiB"
+        power = f"{round(gpu['power_watts'])}/{round(gpu['power_limit_watts'] or 0)} W" if _known(gpu.get("power_watts")) else "n/a"
+        temperature = f"{round(gpu['temperature_celsius'])} C" if _known(gpu.get("temperature_celsius")) else "n/a"
+        mode = (gpu.get("slicer") or {}).get("mode") or ("mig" if gpu.get("mig_enabled") else "-")
+        rows.append([str(gpu["index"]), gpu.get("name") or "?", health,
+                     f"{_bar(gpu.get('utilization'))} {_percent(gpu.get('utilization')):>4}", memory, temperature, power,
+                     mode, str(len(gpu.get("slices", []))), str(len(gpu.get("pods", []))), str(gpu.get("processes_total", 0))])
+        for fault in (gpu.get("health") or {}).get("faults", []):
+            faults.append(f"  GPU {gpu['index']}: {paint(fault['fault'], COLOURS['unhealthy'])} "
+                          f"({fault['severity']}, {fault['action']}): {fault['evidence']}")
+    columns = ["GPU", "MODEL", "HEALTH", "UTIL", "MEMORY", "TEMP", "POWER", "MODE", "SLICES", "PODS", "PROCS"]
+    lines = _table(columns, rows, paint)
+    return lines + (["", "FAULTS", *faults] if faults else [])
+
+
+def _slice_lines(document: dict[str, Any], paint: _Painter) -> list[str]:
+    slices = document.get("slices") or []
+    if not slices:
+        return ["SLICES: none"]
+    rows = []
+    for slice_ in slices:
+        compute = f"{slice_['compute_percent']}%" if slice_.get("compute_percent") else "any"
+        used = slice_.get("used_memory_bytes")
+        rows.append([slice_["id"], str(slice_["gpu"]), slice_["mode"] + (f" {slice_['profile']}" if slice_.get("profile") else ""),
+                     slice_["state"], slice_.get("health") or "unknown",
+                     f"{_percent(slice_.get('utilization'))} / {compute}",
+                     f"{_gib(used)} / {_gib(slice_['memory_bytes'])} GiB", slice_.get("owner", "")])
+    columns = ["SLICE", "GPU", "MODE", "STATE", "HEALTH", "COMPUTE USE/QUOTA", "MEMORY USE/QUOTA", "OWNER"]
+    return ["SLICES", *_table(columns, rows, paint)]
+
+
+def _process_lines(document: dict[str, Any], top: int, paint: _Painter) -> list[str]:
+    found = [(gpu["index"], process) for gpu in document["gpus"] for process in gpu.get("processes", [])]
+    found.sort(key=lambda item: -(item[1].get("used_memory_bytes") or 0))
+    if not found:
+        return ["TOP PROCESSES: none"]
+    rows = [[str(index), str(p["pid"]), p.get("name") or "?", f"{_gib(p.get('used_memory_bytes'))} GiB",
+             _percent(p.get("sm_utilization")), p.get("container") or "host"] for index, p in found[:top]]
+    return [f"TOP PROCESSES (by GPU memory, {min(top, len(found))} of {len(found)} listed)",
+            *_table(["GPU", "PID", "NAME", "MEMORY", "SM", "CONTAINER"], rows, paint)]
+
+
+def render(document: dict[str, Any], *, top: int = 5, colour: bool = False) -> str:
+    """The frame ``runtimekit status`` prints for a node document."""
+    paint = _Painter(colour)
+    agent, sample, health = document.get("agent") or {}, document.get("sample"), document.get("health")
+    node_health = health["state"] if health else "unknown"
+    ready = "ready" if agent.get("ready") else f"not ready ({agent.get('ready_detail', '')})"
+    if sample is None:
+        gpus = "waiting for the first sample"
+    elif not sample.get("nvml_up"):
+        gpus = f"NVML unavailable: {sample.get('nvml_error', '')}"
+    else:
+        gpus = f"{sample.get('device_count')} GPUs, driver {sample.get('driver_version') or 'n/a'}"
+    head = (f"runtimekit {agent.get('version', '?')} on {agent.get('node', '?')}: node "
+            f"{paint(node_health, COLOURS.get(node_health, ''))}, {ready}, {gpus}")
+    lines = [head, "", *_gpu_lines(document, paint), "", *_slice_lines(document, paint), "",
+             *_process_lines(document, top, paint)]
+    return "\n".join(lines) + "\n"
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def _read(url: str, args: argparse.Namespace, colour: bool) -> str:
+    """Fetch the document and show it as ``-o`` asks: the frame, or the JSON (one line per frame
+    under ``--watch``); ``StatusError`` when it cannot be read or drawn."""
+    document = fetch_node(url, args.timeout)
+    if args.output == "json":
+        return json.dumps(document, sort_keys=True) + "\n" if args.watch else json.dumps(document, indent=2, sort_keys=True) + "\n"
+    try:
+        return render(document, top=args.top, colour=colour)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise StatusError(f"the agent at {url} answered a document this command cannot draw "
+                          f"({type(error).__name__}: {error}; another version of runtimekit?)") from None
+
+
+def _frame(args: argparse.Namespace, url: str, out: TextIO, colour: bool) -> bool:
+    """Fetch and print one ``--watch`` frame; False (said on stderr) when the agent could not be read."""
+    try:
+        text = _read(url, args, colour)
+    except StatusError as error:
+        print(f"runtimekit: error: {error}; trying again in {args.interval:g} s", file=sys.stderr)
+        return False
+    if args.output != "json":
+        text = (CLEAR if out.isatty() else "") + f"every {args.interval:g} s, at {time.strftime('%H:%M:%S')} (Ctrl-C to stop)\n{text}\n"
+    out.write(text)
+    out.flush()
+    return True
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    url = node_url(args.address)
+    out = sys.stdout
+    colour = out.isatty() and not os.environ.get("NO_COLOR")
+    if not args.watch:
+        try:
+            out.write(_read(url, args, colour))
+        except StatusError as error:
+            print(f"runtimekit: error: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+        return 0
+    frames, ok = 0, True
+    try:
+        while args.iterations is None or frames < args.iterations:
+            if frames:
+                time.sleep(args.interval)
+            ok = _frame(args, url, out, colour)
+            frames += 1
+    except KeyboardInterrupt:
+        pass
+    return 0 if ok else EXIT_FAILURE

@@ -1,0 +1,148 @@
+"""``runtimekit status``: the frame drawn from a hand-built node document, then the command against a
+real agent on the simulated DGX H100 (one-shot, ``-o json``, ``--watch`` bounded by ``--iterations``)
+and against an address where nothing listens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from statuspage_factories import SLICE_ID, make_node
+
+from runtimekit.cli import main
+from runtimekit.cli_status import render
+from runtimekit.statuspage import render_node
+from tests.agent_process import ROOT, Agent, free_port, start_agent
+
+
+def document() -> dict:
+    return render_node(make_node().view(), node="test node", version="9.9.9", now=0.0)
+
+
+def test_the_frame_shows_gpus_health_faults_slices_and_top_processes():
+    frame = render(document(), top=5)
+    lines = frame.splitlines()
+    assert lines[0] == "runtimekit 9.9.9 on test node: node unhealthy, ready, 2 GPUs, driver 550.54.15"
+    header, first, second = lines[2:5]
+    assert header.split()[:4] == ["GPU", "MODEL", "HEALTH", "UTIL"]
+    assert first.split()[:5] == ["0", "NVIDIA", "H100", "80GB", "HBM3"] and "healthy" in first
+    assert "[########--]  75%" in first and "10.0/80.0 GiB" in first and "41 C" in first and "312/700 W" in first
+    assert "unhealthy" in second and "n/a" in second
+    assert any(line.startswith("  GPU 1: xid_79 (critical, reboot_node): XID 79") for line in lines)
+    [slice_row] = [line for line in lines if line.startswith(SLICE_ID)]
+    assert slice_row.split() == [SLICE_ID, "0", "tdm", "ready", "healthy", "30%", "/", "50%", "1.0", "/", "2.0", "GiB", "me"]
+    top = lines.index("TOP PROCESSES (by GPU memory, 1 of 1 listed)")
+    assert lines[top + 2].split() == ["0", "4242", "python3", "9.0", "GiB", "60%", "ml/trainer-0/main"]
+    assert "\x1b[" not in frame
+
+
+def test_colour_marks_health_states_without_skewing_columns():
+    plain, coloured = render(document()), render(document(), colour=True)
+    assert "\x1b[31munhealthy" in coloured and "\x1b[32mhealthy" in coloured
+    stripped = coloured
+    for code in ("\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[34m", "\x1b[2m", "\x1b[0m"):
+        stripped = stripped.replace(code, "")
+    assert stripped == plain
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory) -> Iterator[Agent]:
+    agent = start_agent(tmp_path_factory.mktemp("status"), "--sim", "dgx-h100", "--interval", "0.5")
+    yield agent
+    agent.stop()
+
+
+@pytest.fixture(scope="module")
+def slice_id(agent) -> str:
+    """A TDM slice on GPU 6, made with ``runtimekit slice create``."""
+    state_dir = agent.log_path.parent / "state"
+    done = subprocess.run([sys.executable, "-m", "runtimekit.cli", "slice", "create", "--state-dir", str(state_dir),
+                           "--mode", "tdm", "--compute", "25", "--memory", "1GiB", "--device", "6", "--owner", "cli-test",
+                           "-o", "json"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["id"]
+
+
+def test_one_shot_against_a_real_agent(agent, slice_id):
+    done = subprocess.run([sys.executable, "-m", "runtimekit.cli", "status", "--address", agent.url, "--top", "3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("runtimekit ") and "simulated node dgx-h100" in lines[0] and "8 GPUs" in lines[0]
+    gpu_rows = lines[3:11]
+    assert [row.split()[0] for row in gpu_rows] == [str(n) for n in range(8)]
+    assert all("NVIDIA H100 80GB HBM3" in row and " healthy " in row for row in gpu_rows)
+    [slice_row] = [line for line in lines if line.startswith(slice_id)]
+    assert slice_row.split()[1:4] == ["6", "tdm", "ready"] and slice_row.endswith("cli-test")
+    assert "TOP PROCESSES (by GPU memory, 3 of" in done.stdout
+
+
+def test_json_is_the_agents_document(agent, slice_id, capsys):
+    assert main(["status", "--address", agent.url.removeprefix("http://"), "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["gpus"]) == 8 and [s["id"] for s in document["slices"]] == [slice_id]
+
+
+def test_watch_draws_again_every_interval(agent, capsys):
+    assert main(["status", "--address", agent.url, "--watch", "--interval", "0.2", "--iterations", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("every 0.2 s, at ") == 3 and out.count("runtimekit 0.1.0 on simulated node dgx-h100") == 3
+    assert "\x1b[" not in out  # not a terminal: no clearing, no colours
+
+
+def test_an_unreachable_agent_is_one_line_and_exit_1(capsys):
+    address = f"127.0.0.1:{free_port()}"
+    assert main(["status", "--address", address]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"runtimekit: error: cannot reach the agent at http://{address}/api/v1/node: ")
+    assert len(err.splitlines()) == 1
+    assert main(["status", "--address", address, "--watch", "--interval", "0.1", "--iterations", "2"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("cannot reach the agent") == 2 and "trying again in 0.1 s" in err
+
+
+def test_something_that_is_not_an_agent_is_named(agent, capsys):
+    assert main(["status", "--address", agent.url + "/metrics"]) == 1
+    assert "answered HTTP 404" in capsys.readouterr().err
+
+
+class OddDocument(BaseHTTPRequestHandler):
+    """Answers every GET with JSON that has a gpus list of the wrong shape (another program, or version)."""
+
+    def do_GET(self) -> None:
+        body = b'{"gpus": [{"no index": true}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_a_document_it_cannot_draw_is_one_line_not_a_traceback(capsys):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), OddDocument)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert main(["status", "--address", f"127.0.0.1:{server.server_port}"]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert "answered a document this command cannot draw (KeyError" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag, value, rule", [("--interval", "0", "above 0"), ("--iterations", "0", "1 or more"),
+                                               ("--top", "many", "whole number")])
+def test_bad_flags_exit_2_naming_the_flag(flag, value, rule, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["status", flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and rule in err
