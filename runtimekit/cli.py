@@ -119,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     from runtimekit.kube.deviceplugin.cli import add_device_plugin_parser
 
     add_device_plugin_parser(commands)
+    from runtimekit.kube.gang.serve_cli import add_gang_parser  # gang serve (the controller), gang plan (offline)
+
+    add_gang_parser(commands)
     from runtimekit.cli_slice import add_parsers as add_api_parsers  # slice, device, node: runtimekit.v1's client
 
     add_api_parsers(commands)

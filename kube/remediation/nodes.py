@@ -15,8 +15,8 @@ it; pods are never deleted directly.
 
 The ``kubernetes`` package (the ``kube`` extra) is imported only when KubernetesNodeApi is built,
 so importing this module, the service or the command line never loads it. Building it reads the
-kubeconfig (or the pod's service account) at once, so a set-up mistake is found before the
-service starts and is reported as ClusterAccessError naming the key.
+kubeconfig (or the pod's service account) at once through ``runtimekit.kube.kubeclient``, so a
+set-up mistake is found before the service starts and is reported as ClusterAccessError naming the key.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
+from ..kubeclient import ClusterAccessError, api_client
 from .names import checked
+
+__all__ = ["ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
@@ -74,14 +76,6 @@ class NodeApi(Protocol):
         ...
 
 
-class ClusterAccessError(Exception):
-    """The Kubernetes client cannot be set up; the message names the key and the rule."""
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 class KubernetesNodeApi:
     """NodeApi through kubernetes.client.CoreV1Api (kubeconfig file, or in-cluster when None).
 
@@ -91,30 +85,10 @@ class KubernetesNodeApi:
     """
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        try:
-            from kubernetes import client, config
-        except ImportError as error:
-            raise ClusterAccessError(f"the Kubernetes client is not installed ({error.name}): "
-                                     "pip install 'runtimekit[kube]'") from error
+        configured = api_client(kubeconfig, context)  # ClusterAccessError first, the client not installed included
+        from kubernetes import client
 
-        configuration = client.Configuration()
-        if kubeconfig is None:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException as error:
-                raise ClusterAccessError(
-                    "kubernetes.kubeconfig: not set, and the service does not run in a Kubernetes pod "
-                    f"({_one_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
-        else:
-            if not Path(kubeconfig).is_file():
-                raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}: no such file")
-            try:
-                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
-            except Exception as error:  # ConfigException, a YAML error, TypeError for a file that is no mapping
-                where = f" (kubernetes.context {context!r})" if context else ""
-                raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: "
-                                         f"{_one_line(error)}") from error
-        self._api: Any = client.CoreV1Api(client.ApiClient(configuration))  # untyped use: fields may be None
+        self._api: Any = client.CoreV1Api(configured)  # untyped use: fields may be None
         self._client: Any = client
 
     async def get_node(self, name: str) -> NodeView:

@@ -1,0 +1,62 @@
+"""The one way the container layer reaches the Kubernetes API: a configured ``kubernetes`` ApiClient.
+
+``api_client(kubeconfig, context)`` reads the kubeconfig file (``context`` or its current one) or,
+when ``kubeconfig`` is None, the pod's service account (in-cluster: KUBERNETES_SERVICE_HOST and
+/var/run/secrets/kubernetes.io/serviceaccount), at once, so a set-up mistake is found before a
+service starts. Every mistake is a ``ClusterAccessError`` whose message names the configuration
+key (``kubernetes.kubeconfig``, ``kubernetes.context``: the key both the remediation service and the
+DRA driver use) and the rule, in one line.
+
+The ``kubernetes`` package (the ``kube`` extra) is imported inside the function only, so importing
+this module never loads it. Source: kubernetes-client/python ``config.load_kube_config`` and
+``config.load_incluster_config`` (kubernetes/config/kube_config.py, incluster_config.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ClusterAccessError", "api_client"]
+
+
+class ClusterAccessError(Exception):
+    """The Kubernetes client cannot be set up; the message names the key and the rule."""
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A ``kubernetes.client.ApiClient`` for the kubeconfig file ``kubeconfig`` (its ``context``, or
+    its current one), or for the pod's service account when ``kubeconfig`` is None.
+
+    Raises ClusterAccessError when the client is not installed, when ``kubeconfig`` is None and
+    this is not a pod (no KUBERNETES_SERVICE_HOST / service account token), or when the kubeconfig
+    file is missing, unreadable or lacks ``context``. Returned untyped: the client's models are
+    not annotated for mypy (and their fields may be None)."""
+    try:
+        from kubernetes import client, config
+    except ImportError as error:
+        raise ClusterAccessError(f"the Kubernetes client is not installed ({error.name}): "
+                                 "pip install 'runtimekit[kube]'") from error
+
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as error:
+            raise ClusterAccessError(
+                "kubernetes.kubeconfig: not set, and the service does not run in a Kubernetes pod "
+                f"({_one_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
+    else:
+        if not Path(kubeconfig).is_file():
+            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}: no such file")
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        except Exception as error:  # ConfigException, a YAML error, TypeError for a file that is no mapping
+            where = f" (kubernetes.context {context!r})" if context else ""
+            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: "
+                                     f"{_one_line(error)}") from error
+    return client.ApiClient(configuration)
