@@ -172,6 +172,11 @@ class ListenerConfig:
         "info", "level of client errors (malformed requests, timeouts): each kind logged once, then counted "
         "in a summary a minute", allowed=("debug", "info", "warning", "error"),
     )
+    web_config_file: str | None = setting(
+        None, "the web configuration file of the Prometheus exporter-toolkit: TLS (tls_server_config), client "
+        "certificates, basic auth users (bcrypt hashes), response headers; re-read when it or a file it names "
+        "changes (None: plain HTTP, no auth; docs/security.md)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +227,14 @@ class ApiConfig:
 
     enabled: bool = setting(True, "serve the gRPC API")
     socket: str | None = setting(None, "the unix socket, mode 0600 (None: STATE_DIR/runtimekit.sock)")
-    tcp_listen: str | None = setting(None, "HOST:PORT for gRPC over TCP with TLS (None: unix socket only)", listen_address)
-    tls_cert_file: str | None = setting(None, "PEM certificate for the TCP port (required with tcp_listen)")
-    tls_key_file: str | None = setting(None, "PEM private key for the TCP port (required with tcp_listen)")
-    tls_client_ca_file: str | None = setting(None, "PEM CA that client certificates must chain to (None: no client auth)")
+    tcp_listen: str | None = setting(
+        None, "HOST:PORT for gRPC over TCP, TLS only, from the web configuration file (None: unix socket only)",
+        listen_address,
+    )
+    web_config_file: str | None = setting(
+        None, "the TCP port's web configuration file (TLS, client certificates, basic auth users; None: "
+        "listener.web_config_file); it must have a tls_server_config",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +268,11 @@ class Config:
         return parse_listen(self.listen)[1]
 
     @property
+    def api_web_config_file(self) -> str | None:
+        """The gRPC TCP port's web configuration file: ``api.web_config_file``, else the HTTP listener's."""
+        return self.api.web_config_file or self.listener.web_config_file
+
+    @property
     def api_socket(self) -> str:
         """The gRPC API's unix socket: ``api.socket``, or ``runtimekit.sock`` in the state directory."""
         return self.api.socket or str(Path(self.state_dir) / "runtimekit.sock")
@@ -289,7 +303,30 @@ def load(
             f"components.max_backoff_seconds: must be at least components.initial_backoff_seconds "
             f"({components.initial_backoff_seconds}), got {components.max_backoff_seconds}"
         )
-    api = config.api
-    if api.tcp_listen is not None and (api.tls_cert_file is None or api.tls_key_file is None):
-        raise ConfigError("api.tcp_listen: needs api.tls_cert_file and api.tls_key_file (the TCP port is TLS only)")
+    check_web_config_file(config.listener.web_config_file, "listener.web_config_file")
+    if config.api.web_config_file is not None:
+        check_web_config_file(config.api.web_config_file, "api.web_config_file")
+    if config.api.tcp_listen is not None:
+        check_grpc_port(config.api_web_config_file,
+                        "api.web_config_file" if config.api.web_config_file else "listener.web_config_file")
     return config
+
+
+def check_web_config_file(path: str | None, key: str) -> None:
+    """ConfigError naming ``key``, the file and the rule when the web configuration file at ``path``
+    (None: none) cannot be used now: read, parsed and its certificates loaded, before anything starts."""
+    if path is not None:
+        from runtimekit.webconfig import load_web_config
+
+        load_web_config(path, key)
+
+
+def check_grpc_port(path: str | None, key: str) -> None:
+    """ConfigError unless the gRPC TCP port can serve the web configuration file at ``path``."""
+    if path is None:
+        raise ConfigError("api.tcp_listen: needs a web configuration file with a tls_server_config "
+                          "(listener.web_config_file or api.web_config_file): the TCP port is TLS only")
+    from runtimekit.webconfig import load_web_config
+    from runtimekit.webconfig.grpc_port import check_grpc_port_config
+
+    check_grpc_port_config(load_web_config(path, key)[0], key)

@@ -14,6 +14,11 @@ Server side (the simulator's fake kubelet and CRI runtime, ``runtimekit.sim``):
 - ``UnixGrpcServer``: a ``grpc.aio`` server on one socket that starts (creating the directory,
   removing a stale socket file, never anything else), stops (removing the socket, as a kubelet
   that exits does) and starts again; ``remove_stale_socket`` on its own.
+- ``private_socket``: every socket a server here creates is mode 0600 from the moment anyone can
+  reach it, whatever the process umask: gRPC binds it inside a fresh directory of mode 0700
+  (``tempfile.mkdtemp``) next to the final path, where only our user can reach it; it is chmod-ed
+  to 0600 there, then renamed onto the final path (a rename keeps the bound socket; clients find it
+  under the new name). The umask is never touched (other threads create files meanwhile).
 
 A base module: it imports grpc only, never the simulator or the agent's parts. Blocking: none;
 everything runs on the event loop (grpc.aio). Sources: gRPC naming (``unix:path`` targets,
@@ -23,9 +28,12 @@ https://github.com/grpc/grpc/blob/master/doc/naming.md); channel arguments (grpc
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 import grpc
@@ -37,6 +45,7 @@ __all__ = [
     "UnixRpcClient",
     "UnixRpcError",
     "UnixRpcUnavailable",
+    "private_socket",
     "remove_stale_socket",
     "socket_path_of",
     "unix_channel",
@@ -229,8 +238,10 @@ class UnixGrpcServer:
         server = grpc.aio.server()
         self._add_servicers(server)
         try:
-            server.add_insecure_port(self.endpoint)
-            await server.start()
+            with private_socket(self.socket_path) as bound:
+                server.add_insecure_port(f"unix:{bound}")
+                await server.start()
+                publish_socket(bound, self.socket_path)
         except BaseException:
             await server.stop(None)
             raise
@@ -249,6 +260,26 @@ class UnixGrpcServer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+SOCKET_MODE = 0o600
+
+
+@contextmanager
+def private_socket(path: str) -> Iterator[str]:
+    """A path to bind the socket meant for ``path`` at: inside a new directory of mode 0700 beside
+    it, removed on exit (with the socket, unless ``publish_socket`` moved it out)."""
+    private = tempfile.mkdtemp(prefix=".sock-", dir=os.path.dirname(path))  # mode 0700
+    try:
+        yield os.path.join(private, "s")
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def publish_socket(bound: str, path: str) -> None:
+    """Give the socket bound at ``bound`` (``private_socket``) mode 0600 and move it to ``path``."""
+    os.chmod(bound, SOCKET_MODE)
+    os.rename(bound, path)
 
 
 def remove_stale_socket(path: str, *, create_dir: bool = True) -> None:

@@ -18,30 +18,35 @@ keeps looping after EMFILE and stacks its retries). So the accept loop and the d
   The cap stays ``RESERVED_DESCRIPTORS`` below RLIMIT_NOFILE: connections alone cannot fill the table.
 - **Out of descriptors** (the table filled elsewhere): accepting pauses with one line, is retried every
   ``ACCEPT_RETRY_SECONDS`` (clients wait in the listen backlog), and one line says when it resumes.
-- **Client errors** (a malformed request line or header, an oversized line, a missed deadline): one
-  line per kind at the configured level, then a count every ``SUMMARY_SECONDS``; never a traceback.
+- **Client errors** (a malformed request line or header, an oversized line, a missed deadline, a
+  failed TLS handshake): one line per kind at the configured level, then a count every
+  ``SUMMARY_SECONDS``; never a traceback.
+- **TLS and auth** from ``policy.web_config_file`` (``runtimekit.webconfig``): each new connection
+  gets the TLS context of the file as it is now, and must finish its handshake within
+  ``header_timeout`` (a handshake still under way is evicted at the cap before a connection waiting
+  for its headers); each request passes the ``Guard``'s middleware (credentials, client SANs, rate
+  limit, a declared body over the application's ``client_max_size``: 413).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import errno
 import logging
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.streams import StreamReader
 
 from runtimekit.config import ListenerConfig
+from runtimekit.listener_connection import EVICTION_ORDER, GuardedHandler, Phase, request_started
 from runtimekit.log_summary import EventSummary
 from runtimekit.schema import shown
+from runtimekit.webconfig import GUARD, ConnectionRefused, Guard
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +59,6 @@ SHUTDOWN_SECONDS = 4.5  # SIGTERM to exit, within the 5 s the agent promises
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
-class Phase(enum.Enum):
-    """Where a connection is in its request cycle; the deadline of each is the policy's."""
-
-    HEADERS = "waiting for request headers"
-    BODY = "waiting for a request body"
-    BUSY = "handling a request"
-    IDLE = "idle"
-
-
-# At the cap, the connection to close for a new one: the first of the first phase that has one.
-EVICTION_ORDER = (Phase.IDLE, Phase.HEADERS, Phase.BODY)
-
-
 def effective_max_connections(configured: int, descriptor_limit: int | None) -> int:
     """The connection cap: the configured one, lowered to leave ``RESERVED_DESCRIPTORS`` of the
     descriptor limit to the rest of the process (at least 1)."""
@@ -75,85 +67,14 @@ def effective_max_connections(configured: int, descriptor_limit: int | None) -> 
     return max(1, min(configured, descriptor_limit - RESERVED_DESCRIPTORS))
 
 
-class GuardedHandler(web.RequestHandler):
-    """aiohttp's connection protocol, reporting its phase to its ``Listener``."""
-
-    __slots__ = ("_listener", "phase", "timer", "_body")
-
-    def __init__(self, listener: Listener, manager: web.Server, **options: Any) -> None:
-        super().__init__(manager, **options)
-        self._listener = listener
-        self.phase: Phase | None = None  # None: not (or no longer) tracked
-        self.timer: asyncio.TimerHandle | None = None
-        self._body: StreamReader | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._listener.enter(self, Phase.HEADERS)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._listener.forget(self)
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if data and self.phase is Phase.IDLE:
-            self._listener.enter(self, Phase.HEADERS)
-        super().data_received(data)
-
-    def request_started(self, body: StreamReader) -> None:
-        """The request's headers are in (called by the listener's middleware)."""
-        self._body = body
-        if self.phase is not None:
-            self._listener.enter(self, Phase.BUSY if body.is_eof() else Phase.BODY)
-
-    def body_received(self) -> bool:
-        return self._body is None or self._body.is_eof()
-
-    async def finish_response(
-        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
-    ) -> tuple[web.StreamResponse, bool]:
-        try:
-            return await super().finish_response(request, resp, start_time)
-        finally:
-            self._body = None
-            if self.phase is not None:
-                self._listener.enter(self, Phase.IDLE)
-
-    def handle_error(
-        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        """Client errors (and a request whose connection is gone) are counted, never a traceback;
-        the server's own errors are aiohttp's (logged with their traceback, answered 500)."""
-        if isinstance(exc, HttpProcessingError):
-            self._listener.client_error(type(exc).__name__, f"{shown(message or exc.message)} from {request.remote}")
-        elif self.transport is None:
-            log.debug("request from %s ended with its connection: %r", request.remote, exc)
-        else:
-            return super().handle_error(request, status, exc, message)
-        if request.writer.output_size > 0:
-            raise ConnectionError("the response had begun: the connection is closed instead")
-        response = web.Response(status=status, text=message or f"{status}", content_type="text/plain")
-        response.force_close()
-        return response
-
-
-@web.middleware
-async def _request_started(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    protocol = request.protocol
-    if isinstance(protocol, GuardedHandler):
-        protocol.request_started(request.content)
-    return await handler(request)
-
-
 class Listener:
     """The listening sockets, their accept loop, and the open connections with their deadlines."""
 
-    def __init__(self, server: web.Server, policy: ListenerConfig, handler_options: dict[str, Any]) -> None:
+    def __init__(self, server: web.Server, policy: ListenerConfig, handler_options: dict[str, Any],
+                 guard: Guard | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._server, self._options = server, handler_options
+        self._guard = guard or Guard(None)
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         self._descriptors = None if soft == resource.RLIM_INFINITY else soft  # None: unlimited
         self.max_connections = effective_max_connections(policy.max_connections, self._descriptors)
@@ -162,7 +83,8 @@ class Listener:
         # phase -> its connections, the longest in that phase first (the order in which to evict them)
         self._phases: dict[Phase, dict[GuardedHandler, None]] = {phase: {} for phase in Phase}
         self._sockets: list[socket.socket] = []
-        self._adopting: set[asyncio.Task[None]] = set()
+        # connections accepted whose transport is not made yet (their TLS handshake), oldest first
+        self._adopting: dict[asyncio.Task[None], None] = {}
         self._paused_since: float | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._flush: asyncio.TimerHandle | None = None
@@ -179,10 +101,18 @@ class Listener:
         return sum(len(handlers) for handlers in self._phases.values())
 
     @property
+    def security(self) -> str:
+        """What a client must bring ("TLS, client certificates required, basic auth")."""
+        return self._guard.describe()
+
+    @property
     def address(self) -> str:
-        """``http://HOST:PORT`` of the first listening socket (the bound port when 0 was asked)."""
+        """``http://HOST:PORT`` (``https://`` with TLS) of the first listening socket (the bound
+        port when 0 was asked)."""
         host, port = self._sockets[0].getsockname()[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        loaded = self._guard.loaded()
+        scheme = "https" if loaded is not None and loaded.ssl_context is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     async def start(self, host: str, port: int) -> None:
         """Bind ``host:port`` (every address it resolves to) and start accepting; OSError when taken."""
@@ -229,7 +159,7 @@ class Listener:
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(BACKLOG):
             try:
-                conn, _ = sock.accept()
+                conn, peer = sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as error:  # out of descriptors (or memory): wait, and say so once
@@ -243,18 +173,31 @@ class Listener:
                 conn.close()
             else:
                 conn.setblocking(False)
-                task = self._loop.create_task(self._adopt(conn))
-                self._adopting.add(task)
-                task.add_done_callback(self._adopting.discard)
+                task = self._loop.create_task(self._adopt(conn, peer))
+                self._adopting[task] = None
+                task.add_done_callback(self._adopted)
             if at_cap:
                 return  # one a loop turn at the cap: the connections just accepted get read first
 
-    async def _adopt(self, conn: socket.socket) -> None:
+    async def _adopt(self, conn: socket.socket, peer: Any) -> None:
         try:
-            await self._loop.connect_accepted_socket(self._protocol, conn)
-        except OSError as error:  # the peer left before its transport was made
-            log.debug("connection dropped before it started: %s", error)
+            context = self._guard.tls_for_connection()
+        except ConnectionRefused:  # the web configuration file is unusable (logged where it is read)
             conn.close()
+            return
+        try:
+            await self._loop.connect_accepted_socket(
+                self._protocol, conn, ssl=context,
+                ssl_handshake_timeout=self._deadlines[Phase.HEADERS] if context is not None else None)
+        except OSError as error:  # the peer left before its transport was made, or its TLS handshake failed
+            if context is None:
+                log.debug("connection dropped before it started: %s", error)
+            else:
+                self.client_error("TLS handshake failed", f"{_tls_reason(error)} from {_host(peer)}")
+            conn.close()
+
+    def _adopted(self, task: asyncio.Task[None]) -> None:
+        self._adopting.pop(task, None)
 
     def _protocol(self) -> GuardedHandler:
         return GuardedHandler(self, self._server, loop=self._loop, **self._options)
@@ -273,11 +216,18 @@ class Listener:
                         self._descriptors, self.open_connections, ACCEPT_RETRY_SECONDS)
 
     def _make_room(self) -> bool:
-        """At the cap: close the connection longest idle, else the one longest waiting for its
-        request headers (a new connection is the last to go: a scraper's request is read before
-        many more arrive), else for its body. True when one was closed, False (refused) when every
-        one is handling a request."""
+        """At the cap: close the connection longest idle, else the one longest in its TLS handshake,
+        else the one longest waiting for its request headers (a new connection is the last to go: a
+        scraper's request is read before many more arrive), else for its body. True when one was
+        closed, False (refused) when every one is handling a request."""
         for phase in EVICTION_ORDER:
+            if phase is Phase.HEADERS and self._adopting:  # a TLS handshake under way goes first
+                self._note(self._at_cap, "evicted", f"{self.max_connections} connections open (max_connections): "
+                           "closed the one longest in its TLS handshake for a new one")
+                handshake = next(iter(self._adopting))
+                del self._adopting[handshake]
+                handshake.cancel()  # asyncio closes its socket
+                return True
             for victim in self._phases[phase]:
                 self._note(self._at_cap, "evicted", f"{self.max_connections} connections open (max_connections): "
                            f"closed the one longest {phase.value} for a new one")
@@ -341,6 +291,12 @@ def _host(peer: Any) -> str:
     return str(peer[0]) if isinstance(peer, tuple) else str(peer)
 
 
+def _tls_reason(error: OSError) -> str:
+    """The short cause of a failed handshake (OpenSSL's reason, or the timeout's message)."""
+    reason = getattr(error, "reason", None)
+    return str(reason) if reason else shown(str(error) or type(error).__name__)
+
+
 @asynccontextmanager
 async def listening(
     app: web.Application, host: str, port: int, policy: ListenerConfig, *,
@@ -349,9 +305,15 @@ async def listening(
     """Start ``app`` (its startup and cleanup contexts run first) and serve it on ``host:port`` under
     ``policy``; on exit stop accepting, close the connections and clean the app up, giving up after
     ``shutdown_seconds``. ``access_log``: a logger for one line per request (None: none). The app
-    must not have started yet: a middleware of the listener's is added to it."""
-    if _request_started not in app.middlewares:
-        app.middlewares.insert(0, _request_started)
+    must not have started yet: a middleware of the listener's is added to it, and the ``Guard`` of
+    ``policy.web_config_file`` (unless the app brings its own under ``runtimekit.webconfig.GUARD``)."""
+    guard = app.get(GUARD)
+    if guard is None:
+        guard = app[GUARD] = Guard.from_file(policy.web_config_file, "listener.web_config_file")
+    if guard.middleware not in app.middlewares:
+        app.middlewares.insert(0, guard.middleware)
+    if request_started not in app.middlewares:
+        app.middlewares.insert(0, request_started)
     # aiohttp's own keep-alive timer (an hour, from the connection's start too) stays a backstop only.
     options: dict[str, Any] = {"access_log": access_log}
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=DRAIN_SECONDS, **options)
@@ -359,7 +321,7 @@ async def listening(
     listener: Listener | None = None
     try:
         assert runner.server is not None  # set by setup()
-        listener = Listener(runner.server, policy, options)
+        listener = Listener(runner.server, policy, options, guard)
         await listener.start(host, port)
         yield listener
     finally:
@@ -385,7 +347,7 @@ async def serve_app(
     try:
         async with listening(app, host, port, policy, shutdown_seconds=shutdown_seconds,
                              access_log=access_log) as listener:
-            log.info("listening on %s", listener.address)
+            log.info("listening on %s (%s)", listener.address, listener.security)
             if on_listening:
                 on_listening(listener.address)
             await stop.wait()

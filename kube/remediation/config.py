@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimekit.config import ListenerConfig
+from runtimekit.config import ListenerConfig, check_web_config_file
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
@@ -33,7 +33,8 @@ def _url(value: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    """How Alertmanager authenticates (one of the two is required)."""
+    """How Alertmanager authenticates: one of these, or basic_auth_users (or client certificates
+    required) in the web configuration file, listener.web_config_file (auth.py)."""
 
     token_file: str | None = setting(None, "file holding the bearer token Alertmanager sends")
     basic_file: str | None = setting(None, "file holding USER:PASSWORD for basic auth")
@@ -153,11 +154,25 @@ SCHEMA: dict[str, Key] = schema_of(RemediationConfig)
 def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RemediationConfig:
     """Read the YAML file (if any), apply overrides (dotted keys), validate."""
     values = resolve(SCHEMA, path, overrides)
-    if values["auth.token_file"] is None and values["auth.basic_file"] is None:
-        raise ConfigError("auth.token_file: set it or auth.basic_file; the receiver never runs without auth")
+    web_config = values["listener.web_config_file"]
+    check_web_config_file(web_config, "listener.web_config_file")
+    if values["auth.token_file"] is None and values["auth.basic_file"] is None and not _web_config_authenticates(
+            web_config):
+        raise ConfigError("auth.token_file: set it, auth.basic_file, or basic_auth_users or client certificates "
+                          "(RequireAndVerifyClientCert) in listener.web_config_file; the receiver never runs without auth")
     if values["breaker.min_nodes"] > values["breaker.max_nodes"]:
         raise ConfigError(f"breaker.min_nodes: must be at most breaker.max_nodes ({values['breaker.max_nodes']}), "
                           f"got {values['breaker.min_nodes']}")
     values["ladders"] = merged(values["ladders"])
     config: RemediationConfig = build(RemediationConfig, values)
     return config
+
+
+def _web_config_authenticates(path: str | None) -> bool:
+    """Does the (valid) web configuration file at ``path`` ask every client for a credential?"""
+    if path is None:
+        return False
+    from runtimekit.webconfig import read_web_config
+
+    web = read_web_config(path, "listener.web_config_file")
+    return bool(web.users) or (web.tls is not None and web.tls.requires_client_certificate)

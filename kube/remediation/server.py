@@ -4,7 +4,8 @@
 a journal it cannot write (another process holds its lock) is a 503 that Alertmanager retries.
 Alerts naming an invalid node are refused by the parser (listed in the answer, counted). Every
 route but ``/healthz`` (liveness) and ``/readyz`` (readiness: the journal can be written) needs
-the webhook's credentials (auth.py).
+the webhook's credentials (auth.py), checked with TLS, the request-size limit and the rest of
+the web configuration file by the listener's gate (``runtimekit.webconfig.Guard``).
 
 The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
 transaction that marks it done. The replacement call carries the action's idempotency key, so a
@@ -16,7 +17,8 @@ waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_se
 step is journaled with its result (the drain's still-blocked pods) and the later steps are skipped.
 
 ``make_app`` checks everything a person sets up before anything is served — the credential
-files, the journal's folder, the kubeconfig (or the in-cluster service account) — and raises
+files, the web configuration file, the journal's folder, the kubeconfig (or the in-cluster service
+account) — and raises
 ``ConfigError`` naming the key and the rule, so ``runtimekit remediate serve`` exits 2 with one line.
 """
 
@@ -36,9 +38,10 @@ from aiohttp import web
 from runtimekit.documents import DocumentError, load_json
 from runtimekit.schema import ConfigError
 from runtimekit.state.health import ACTIONS
+from runtimekit.webconfig import GUARD
 
 from . import actions as steps_module
-from .auth import read_credentials, read_secret, require_credentials
+from .auth import make_guard, read_secret
 from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
 from .config import RemediationConfig
 from .journal import DISRUPTIVE, UNDOES, Action, Journal, JournalError, JournalLocked, check_path
@@ -59,12 +62,9 @@ def _error(status: int, message: str) -> web.Response:
 
 async def post_alerts(request: web.Request) -> web.Response:
     config, counters = request.app[CONFIG], request.app[COUNTERS]
-    if request.content_length is not None and request.content_length > config.max_body_bytes:
-        counters["rejected_413"] += 1
-        return _error(413, f"body larger than {config.max_body_bytes} bytes")
-    try:
+    try:  # a declared Content-Length over max_body_bytes was refused by the guard already
         raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
+    except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past it
         counters["rejected_413"] += 1
         return _error(413, f"body larger than {config.max_body_bytes} bytes")
     try:
@@ -121,10 +121,11 @@ async def get_metrics(request: web.Request) -> web.Response:
         "# TYPE runtimekit_remediation_alerts_refused_total counter",
         f"runtimekit_remediation_alerts_refused_total {counters['alerts_refused']}",
         "# HELP runtimekit_remediation_requests_rejected_total Requests refused, by HTTP status "
-        "(503: the journal could not be written).",
+        "(401: no credentials, 403: client certificate not allowed, 429: rate limit, 500: web configuration "
+        "file unusable, 503: the journal could not be written).",
         "# TYPE runtimekit_remediation_requests_rejected_total counter",
         *(f'runtimekit_remediation_requests_rejected_total{{code="{c}"}} {counters[f"rejected_{c}"]}'
-          for c in (400, 401, 413, 503)),
+          for c in (400, 401, 403, 413, 429, 500, 503)),
         "# HELP runtimekit_remediation_actions Journaled actions by kind and state (read from the journal).",
         "# TYPE runtimekit_remediation_actions gauge",
         *(f'runtimekit_remediation_actions{{kind="{k}",state="{s}"}} {n}' for (k, s), n in sorted(counts.items())),
@@ -239,7 +240,8 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     Raises ConfigError (naming the key) for what a person must fix before it can run, and then
     has changed nothing: the journal file is created when the app starts.
     """
-    token, basic = read_credentials(config)
+    counters: Counter = Counter()
+    guard = make_guard(config, counters)
     replacement_token = read_secret("replacement.token_file", config.replacement.token_file)
     try:
         check_path(config.db_path)
@@ -251,9 +253,8 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
         node_api = nodes or KubernetesNodeApi(config.kubernetes.kubeconfig, config.kubernetes.context)
     except ClusterAccessError as error:
         raise ConfigError(str(error)) from error
-    counters: Counter = Counter()
-    app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[require_credentials(token, basic, counters)])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard.middleware])
+    app[GUARD] = guard
     app[CONFIG] = config
     app[COUNTERS] = counters
 

@@ -2,17 +2,20 @@
 ``Config.api_socket`` (mode 0600), optionally on TCP with TLS, with the standard gRPC health
 service (grpc.health.v1) and server reflection beside ``runtimekit.v1.AgentService``.
 
-The socket is never reachable with a wider mode, whatever the process umask: gRPC binds it inside
-a fresh directory of mode 0700 (``tempfile.mkdtemp``) next to the final path, where only the
-agent's user can reach it; it is chmod-ed to 0600 there, then renamed onto the final path (a
-rename keeps the bound socket; connecting clients find it under the new name). The process umask
-is never touched (other threads create files meanwhile).
+The socket is never reachable with a wider mode, whatever the process umask
+(``runtimekit.grpc_unix.private_socket``): its mode is its access control.
 
-TCP (``api.tcp_listen``) is TLS only: ``api.tls_cert_file`` and ``api.tls_key_file`` (PEM) are the
-server's; with ``api.tls_client_ca_file`` every client must present a certificate that chains to
-that CA (mutual TLS). Sources: grpc.aio's Server API; the health checking protocol
-(https://github.com/grpc/grpc/blob/master/doc/health-checking.md); server reflection
-(https://github.com/grpc/grpc/blob/master/doc/server-reflection.md).
+TCP (``api.tcp_listen``) is TLS only, from the web configuration file (``api.web_config_file``, else
+``listener.web_config_file``; ``runtimekit.webconfig.grpc_port``): its certificate, key and client
+CA are followed when they change; with ``RequireAndVerifyClientCert`` every client must present a
+certificate that chains to the client CA; with ``basic_auth_users`` every call but the health
+service's carries ``authorization: Basic ...`` metadata (UNAUTHENTICATED otherwise). The limits of
+``listener.*`` hold there too: the TLS and HTTP/2 handshake within ``header_timeout_seconds``, idle
+connections closed after ``keepalive_timeout_seconds``, at most ``max_connections`` calls at once
+(RESOURCE_EXHAUSTED past it), and request messages of ``MAX_REQUEST_BYTES`` at most
+(RESOURCE_EXHAUSTED). Sources: grpc.aio's Server API; grpc_types.h (channel arguments); the health
+checking protocol (https://github.com/grpc/grpc/blob/master/doc/health-checking.md); server
+reflection (https://github.com/grpc/grpc/blob/master/doc/server-reflection.md).
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import tempfile
 
 import grpc
 import grpc.aio
@@ -30,36 +31,31 @@ from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
 from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api.servicer import AgentServicer
-from runtimekit.config import ApiConfig, Config, ConfigError
-from runtimekit.grpc_unix import remove_stale_socket
+from runtimekit.config import Config, ConfigError, ListenerConfig
+from runtimekit.grpc_unix import private_socket, publish_socket, remove_stale_socket
 from runtimekit.state import NodeState
 from runtimekit.state.slices import SliceService
 from runtimekit.state.topology import Allocator
+from runtimekit.webconfig import WebConfigSource
+from runtimekit.webconfig.grpc_port import WebConfigInterceptor, server_credentials
 
 log = logging.getLogger("runtimekit.api")
 
 #: The full name of runtimekit.v1's service, as reflection and the health service list it.
 SERVICE_NAME: str = service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
-SOCKET_MODE = 0o600
 STOP_GRACE_SECONDS = 1.0  # in-flight unary calls get this long at stop; streams are cancelled after it
+#: The largest request message (runtimekit.v1's requests are a few hundred bytes: ids and slice
+#: specs); the HTTP listeners' bodies have the same 1 MiB bound (aiohttp's client_max_size).
+MAX_REQUEST_BYTES = 1 << 20
 
 
-def _read(path: str, key: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as error:
-        raise ConfigError(f"api.{key}: cannot read {path}: {error.strerror or error}") from None
-
-
-def tls_credentials(api: ApiConfig) -> grpc.ServerCredentials:
-    """The TCP port's credentials: the server's certificate and key, and the client CA when set
-    (then a client certificate is required)."""
-    if api.tls_cert_file is None or api.tls_key_file is None:
-        raise ConfigError("api.tcp_listen: needs api.tls_cert_file and api.tls_key_file (the TCP port is TLS only)")
-    pair = (_read(api.tls_key_file, "tls_key_file"), _read(api.tls_cert_file, "tls_cert_file"))
-    client_ca = _read(api.tls_client_ca_file, "tls_client_ca_file") if api.tls_client_ca_file else None
-    return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=client_ca is not None)
+def server_options(policy: ListenerConfig) -> list[tuple[str, int]]:
+    """Channel arguments that hold the TCP port to the listener policy (grpc_types.h names)."""
+    return [
+        ("grpc.server_handshake_timeout_ms", int(policy.header_timeout_seconds * 1000)),
+        ("grpc.max_connection_idle_ms", int(policy.keepalive_timeout_seconds * 1000)),
+        ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ]
 
 
 class ApiServer:
@@ -70,7 +66,9 @@ class ApiServer:
     def __init__(self, state: NodeState, slicer: SliceService | None, config: Config,
                  allocate: Allocator | None = None) -> None:
         self.socket_path = os.path.abspath(config.api_socket)
-        self._api = config.api
+        self._api, self._policy = config.api, config.listener
+        self._web_config = config.api_web_config_file
+        self._web_config_key = "api.web_config_file" if config.api.web_config_file else "listener.web_config_file"
         self._state = state
         self._slicer = slicer
         self._allocate = allocate
@@ -82,33 +80,36 @@ class ApiServer:
     async def start(self) -> None:
         if self._server is not None:
             raise RuntimeError(f"runtimekit.v1 already serving on {self.socket_path}")
-        credentials = tls_credentials(self._api) if self._api.tcp_listen is not None else None
+        credentials, interceptors = None, []
+        if self._api.tcp_listen is not None:
+            if self._web_config is None:
+                raise ConfigError("api.tcp_listen: needs listener.web_config_file or api.web_config_file with a "
+                                  "tls_server_config (the TCP port is TLS only)")
+            source = WebConfigSource(self._web_config, self._web_config_key)
+            credentials, interceptors = server_credentials(source), [WebConfigInterceptor(source)]
         remove_stale_socket(self.socket_path)
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=interceptors, options=server_options(self._policy),
+                                 maximum_concurrent_rpcs=self._policy.max_connections)
         service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self._state, self._slicer, self._allocate), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        private = tempfile.mkdtemp(prefix=".api-", dir=os.path.dirname(self.socket_path))  # mode 0700
         try:
-            bound = os.path.join(private, "s")
-            server.add_insecure_port(f"unix:{bound}")
-            if credentials is not None:
-                self.tcp_port = self._bind_tcp(server, credentials)
-            await server.start()
-            os.chmod(bound, SOCKET_MODE)
-            os.rename(bound, self.socket_path)
+            with private_socket(self.socket_path) as bound:
+                server.add_insecure_port(f"unix:{bound}")
+                if credentials is not None:
+                    self.tcp_port = self._bind_tcp(server, credentials)
+                await server.start()
+                publish_socket(bound, self.socket_path)
         except BaseException:
             await server.stop(None)
             self.tcp_port = None
             raise
-        finally:
-            shutil.rmtree(private, ignore_errors=True)
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         self._stopped.clear()
-        tcp = f" and {self._api.tcp_listen} (TLS{', client certificates required' if self._api.tls_client_ca_file else ''})"
+        tcp = f" and {self._api.tcp_listen} (TLS from {self._web_config_key} {self._web_config})"
         log.info("runtimekit.v1 serving on unix:%s%s", self.socket_path, tcp if self.tcp_port is not None else "")
 
     def _bind_tcp(self, server: grpc.aio.Server, credentials: grpc.ServerCredentials) -> int:

@@ -95,9 +95,7 @@ async def test_reflection_lists_the_service_and_describes_its_files(api: Api) ->
 
 
 async def test_tcp_without_a_readable_certificate_names_the_key(short_dir: Path) -> None:
-    config = api_config(short_dir, **{"api.tcp_listen": "127.0.0.1:0", "api.tls_cert_file": str(short_dir / "missing.pem"),
-                                      "api.tls_key_file": str(short_dir / "missing.key")})
-    server = ApiServer(make_state(), None, config)
-    with pytest.raises(ValueError, match=r"api.tls_key_file: cannot read .*missing.key"):
-        await server.start()
-    assert not os.path.exists(server.socket_path)
+    (short_dir / "web.yml").write_text(f"tls_server_config: {{cert_file: {short_dir}/missing.pem, key_file: {short_dir}/missing.key}}\n")
+    with pytest.raises(ValueError, match=r"api.web_config_file: .*tls_server_config.cert_file: cannot read .*missing.pem"):
+        api_config(short_dir, **{"api.tcp_listen": "127.0.0.1:0", "api.web_config_file": str(short_dir / "web.yml")})
+    assert not os.path.exists(short_dir / "runtimekit.sock")
