@@ -119,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     from runtimekit.kube.deviceplugin.cli import add_device_plugin_parser
 
     add_device_plugin_parser(commands)
+    from runtimekit.kube.dra.cli import add_dra_parser
+
+    add_dra_parser(commands)
     from runtimekit.kube.gang.serve_cli import add_gang_parser  # gang serve (the controller), gang plan (offline)
 
     add_gang_parser(commands)

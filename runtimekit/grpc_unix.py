@@ -66,6 +66,9 @@ CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
+    # Each channel its own subchannels: a peer that restarted is dialled at once, not after the
+    # backoff that another channel's failed dial left in gRPC's process-wide subchannel pool.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 

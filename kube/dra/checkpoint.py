@@ -1,0 +1,191 @@
+"""The driver's record of what it prepared, and the lock that makes it the only writer.
+
+``<plugin dir>/checkpoint.json``, written whole through ``runtimekit.fileio.write_atomically``
+(temporary file, fsync, rename, fsync of the folder; mode 0600) before a change is acknowledged::
+
+    {"version": 1,
+     "claims": {"<claim uid>": {"namespace": "ns", "name": "c", "state": "started" | "completed",
+                                "devices": [{"request": "share", "pool": "node-a", "device": "gpu-0",
+                                             "position": 0, "kind": "tdm", "share_id": "…",
+                                             "slice_id": "s-…", "cdi_ids": ["runtimekit.io/slice=s-…"]}]}}}
+
+Two phases, as NVIDIA's driver keeps its claims (kubernetes-sigs/dra-driver-nvidia-gpu
+``checkpoint.go``, ``PrepareStarted`` / ``PrepareCompleted``): "started" is written before any side
+effect, "completed" with the devices' CDI ids once every one exists. A reader of another version
+refuses the file (``CheckpointError``) rather than guess. Optional fields (``share_id``,
+``slice_id``) are omitted when empty, so adding one never changes old entries.
+
+``DirectoryLock`` holds ``<plugin dir>/driver.lock`` with flock(2) for the life of the process: a
+second driver on the same directory is refused at start (``DriverLocked``), and the lock dies with
+the process (no stale lock after a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runtimekit.fileio import write_atomically
+
+__all__ = ["VERSION", "Checkpoint", "CheckpointError", "ClaimEntry", "DeviceEntry", "DirectoryLock", "DriverLocked"]
+
+VERSION = 1
+STARTED, COMPLETED = "started", "completed"
+
+
+class CheckpointError(Exception):
+    """The checkpoint file cannot be read as this version writes it; the message says why."""
+
+
+class DriverLocked(Exception):
+    """Another driver process holds the plugin directory's lock."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEntry:
+    """One prepared (or being prepared) device of a claim. ``kind``: "tdm", "mig", "gpu" or "nic"."""
+
+    request: str
+    pool: str
+    device: str
+    position: int
+    kind: str
+    share_id: str = ""
+    slice_id: str = ""
+    cdi_ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"request": self.request, "pool": self.pool, "device": self.device,
+                                "position": self.position, "kind": self.kind, "cdi_ids": list(self.cdi_ids)}
+        if self.share_id:
+            data["share_id"] = self.share_id
+        if self.slice_id:
+            data["slice_id"] = self.slice_id
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeviceEntry:
+        return cls(request=data["request"], pool=data["pool"], device=data["device"], position=int(data["position"]),
+                   kind=data["kind"], share_id=data.get("share_id", ""), slice_id=data.get("slice_id", ""),
+                   cdi_ids=tuple(data.get("cdi_ids", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimEntry:
+    namespace: str
+    name: str
+    state: str  # STARTED or COMPLETED
+    devices: tuple[DeviceEntry, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "state": self.state,
+                "devices": [device.to_json() for device in self.devices]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimEntry:
+        state = data["state"]
+        if state not in (STARTED, COMPLETED):
+            raise ValueError(f"state must be {STARTED} or {COMPLETED}, got {state!r}")
+        return cls(namespace=data["namespace"], name=data["name"], state=state,
+                   devices=tuple(DeviceEntry.from_json(device) for device in data.get("devices", ())))
+
+
+@dataclass
+class Checkpoint:
+    """The claims the driver prepared, by claim uid; every change is written before it returns."""
+
+    path: Path
+    claims: dict[str, ClaimEntry] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Checkpoint:
+        """The checkpoint at ``path`` (empty when there is no file); CheckpointError when it is not
+        one this version reads."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls(path)
+        except OSError as error:
+            raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("version") != VERSION:
+                raise CheckpointError(f"{path}: version {data.get('version')!r}, this driver reads version {VERSION} only")
+            claims = {str(uid): ClaimEntry.from_json(entry) for uid, entry in data.get("claims", {}).items()}
+        except CheckpointError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"{path}: not a DRA driver checkpoint: {type(error).__name__}: {error}") from None
+        return cls(path, claims)
+
+    def put(self, uid: str, entry: ClaimEntry) -> None:
+        """Record ``entry`` for claim ``uid`` and write the file (OSError when it cannot be written:
+        the record is then as it was)."""
+        before = self.claims.get(uid)
+        self.claims[uid] = entry
+        try:
+            self._write()
+        except BaseException:
+            self._restore(uid, before)
+            raise
+
+    def update_device(self, uid: str, device: DeviceEntry) -> None:
+        """Replace the device at ``device.position`` of claim ``uid`` and write the file."""
+        entry = self.claims[uid]
+        devices = tuple(device if d.position == device.position else d for d in entry.devices)
+        self.put(uid, replace(entry, devices=devices))
+
+    def drop(self, uid: str) -> None:
+        """Forget claim ``uid`` (nothing when unknown) and write the file."""
+        if uid not in self.claims:
+            return
+        before = self.claims.pop(uid)
+        try:
+            self._write()
+        except BaseException:
+            self._restore(uid, before)
+            raise
+
+    def _restore(self, uid: str, entry: ClaimEntry | None) -> None:
+        if entry is None:
+            self.claims.pop(uid, None)
+        else:
+            self.claims[uid] = entry
+
+    def _write(self) -> None:
+        document = {"version": VERSION, "claims": {uid: entry.to_json() for uid, entry in sorted(self.claims.items())}}
+        write_atomically(self.path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(), mode=0o600)
+
+
+class DirectoryLock:
+    """An exclusive flock(2) on one file, held until ``release`` or the process ends."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock (creating the folder and the file); DriverLocked when another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DriverLocked(f"{self.path} is locked: another DRA driver serves this plugin directory") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the flock

@@ -1,0 +1,90 @@
+"""``runtimekit dra serve`` (also ``python -m runtimekit.kube.dra serve``).
+
+Exit codes, as for ``runtimekit``: 0 stopped by SIGTERM or SIGINT; 2 a configuration mistake (a bad
+key, a flag, no node name, a kubeconfig that cannot be used), one line on stderr naming the key and
+the rule; 1 a failure at run time (another driver holds the plugin directory, a checkpoint this
+version cannot read, a kubelet socket that could not be served). Never a traceback for any of these.
+
+This module imports only the standard library at import time: ``runtimekit.cli`` builds its
+parser from here, and the agent's command line must not load grpc or the kubernetes client for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
+
+#: Where the node's name comes from without --node-name (a DaemonSet sets it from the downward
+#: API: ``valueFrom.fieldRef.fieldPath: spec.nodeName``); either one wins over the file's node_name.
+NODE_NAME_ENV = "NODE_NAME"
+
+
+def add_dra_parser(commands: argparse._SubParsersAction) -> None:
+    dra = commands.add_parser("dra", help="the Kubernetes DRA driver: GPUs, TDM shares, MIG slices and NICs "
+                              "per ResourceClaim, made by the agent (runtimekit.v1)")
+    sub = dra.add_subparsers(dest="dra_command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="register with the kubelet, publish ResourceSlices, prepare claims")
+    serve.add_argument("--config", metavar="FILE", help="YAML configuration file (docs/dra.md lists every key)")
+    serve.add_argument("--node-name", metavar="NAME", help=f"this node's name (node_name; default: ${NODE_NAME_ENV})")
+    serve.add_argument("--agent-socket", metavar="PATH", help="the agent's API socket (agent_socket)")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.set_defaults(handler=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from runtimekit.schema import ConfigError
+
+    from ..kubeclient import ClusterAccessError, api_client
+    from .checkpoint import CheckpointError, DriverLocked
+    from .config import load
+    from .service import DraService, PluginSocketError
+
+    node_name = args.node_name or os.environ.get(NODE_NAME_ENV) or None  # over the file's: its ConfigMap is every node's
+    overrides = {"node_name": node_name, "agent_socket": args.agent_socket, "log_level": args.log_level}
+    try:
+        config = load(args.config, overrides)
+    except ConfigError as error:
+        return fail(EXIT_USAGE, str(error))
+    try:
+        client = api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
+    except ClusterAccessError as error:
+        return fail(EXIT_USAGE, str(error))
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+    async def serve() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            await DraService(config, client).run()
+        except asyncio.CancelledError:
+            logging.getLogger(__name__).info("stopped: the kubelet sockets are removed")
+
+    try:
+        asyncio.run(serve())
+    except DriverLocked as error:
+        return fail(EXIT_FAILURE, str(error))
+    except CheckpointError as error:
+        return fail(EXIT_FAILURE, f"cannot read the checkpoint: {error}")
+    except PluginSocketError as error:
+        return fail(EXIT_FAILURE, f"cannot serve the kubelet sockets: {error}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = argparse.ArgumentParser(prog="python -m runtimekit.kube.dra")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_dra_parser(commands)
+    args = root.parse_args(["dra", *(sys.argv[1:] if argv is None else argv)])
+    handler = args.handler
+    return int(handler(args))
