@@ -3,6 +3,13 @@
 Same rules (``runtimekit.schema``) as the other services: an unknown key, a wrong type or a value
 out of range raises ``ConfigError`` naming the key and the rule; the command prints it as one line
 and exits 2. docs/gang.md lists every key with an example file.
+
+The webhook's listener is the project's (``runtimekit.listener``) with its ``listener`` section, as
+on the agent and the remediation service: TLS, client certificates and basic auth come from the
+exporter-toolkit web configuration file ``listener.web_config_file`` (docs/security.md). While
+``webhook.listen`` is set that file is required (``load``), and must be usable and have a
+``tls_server_config`` (``check_webhook_web_config``, run before serving): the API server calls
+webhooks over HTTPS only.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.config import ListenerConfig
 from runtimekit.kube.deviceplugin.names import resource_name_problem
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
@@ -94,13 +102,11 @@ class OffersConfig:
 
 @dataclass(frozen=True, slots=True)
 class WebhookConfig:
-    """The mutating admission webhook that adds the scheduling gate to gang pods (HTTPS: the API
-    server calls webhooks over TLS only)."""
+    """The mutating admission webhook that adds the scheduling gate to gang pods, served under the
+    ``listener`` section (HTTPS: the API server calls webhooks over TLS only)."""
 
-    listen: str | None = setting("0.0.0.0:9443", "HOST:PORT of the webhook (None: no webhook; the pod template carries the gate)",
-                                 listen_address)
-    cert_file: str | None = setting(None, "PEM certificate the webhook serves (required with listen)")
-    key_file: str | None = setting(None, "PEM private key of the certificate (required with listen)")
+    listen: str | None = setting("0.0.0.0:9443", "HOST:PORT of the webhook (None: no webhook; the pod template carries the gate); "
+                                 "needs listener.web_config_file with a tls_server_config", listen_address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,20 +138,20 @@ class GangConfig:
     demand: DemandConfig = section(DemandConfig)
     offers: OffersConfig = section(OffersConfig)
     webhook: WebhookConfig = section(WebhookConfig)
+    listener: ListenerConfig = section(ListenerConfig)
     controller: ControllerConfig = section(ControllerConfig)
 
 
 SCHEMA: dict[str, Key] = schema_of(GangConfig)
+WEB_CONFIG_KEY = "listener.web_config_file"
 
 
 def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> GangConfig:
     """Read the YAML file (if any), apply overrides (dotted keys), validate; ConfigError names the key."""
     values = resolve(SCHEMA, path, overrides)
-    if values["webhook.listen"] is not None:
-        for key in ("webhook.cert_file", "webhook.key_file"):
-            if not values[key]:
-                raise ConfigError(f"{key}: required while webhook.listen is set (the API server calls webhooks over HTTPS); "
-                                  "or set webhook.listen to null")
+    if values["webhook.listen"] is not None and values[WEB_CONFIG_KEY] is None:
+        raise ConfigError(f"{WEB_CONFIG_KEY}: required while webhook.listen is set: a web configuration file with a "
+                          "tls_server_config (the API server calls webhooks over HTTPS only); or set webhook.listen to null")
     if values["demand.gpu_resource"] == values["demand.nic_resource"]:
         raise ConfigError("demand.nic_resource: must differ from demand.gpu_resource")
     if set(values["demand.gpu_device_classes"]) & set(values["demand.nic_device_classes"]):
@@ -156,3 +162,19 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
     except ValueError as error:
         raise ConfigError(f"tiers.keys: {error}") from None
     return config
+
+
+def check_webhook_web_config(config: GangConfig) -> None:
+    """Before the webhook is served: ``ConfigError`` naming ``listener.web_config_file``, the file and
+    the rule when the file cannot be read, breaks a rule, names a certificate that cannot be loaded,
+    or has no ``tls_server_config``. Nothing to check without ``webhook.listen``. ``load`` reads the
+    configuration alone, so that a deployment's configuration can be checked away from its Secrets."""
+    path = config.listener.web_config_file
+    if config.webhook.listen is None or path is None:
+        return
+    from runtimekit.webconfig import load_web_config
+
+    web, _ = load_web_config(path, WEB_CONFIG_KEY)
+    if web.tls is None:
+        raise ConfigError(f"{WEB_CONFIG_KEY}: {path}: needs a tls_server_config (cert_file, key_file) while webhook.listen "
+                          "is set: the API server calls webhooks over HTTPS only")

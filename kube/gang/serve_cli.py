@@ -1,9 +1,10 @@
 """``runtimekit gang serve|plan`` (also ``python -m runtimekit.kube.gang.serve_cli serve``).
 
 Exit codes of ``gang serve``, as for ``runtimekit dra serve``: 0 stopped by SIGTERM or SIGINT; 2 a
-configuration mistake (a bad key, a kubeconfig that cannot be used, a webhook certificate or key
-that cannot be loaded), one line on stderr naming the key and the rule; 1 a failure at run time (the
-webhook's address cannot be bound). Never a traceback for any of these.
+configuration mistake (a bad key, a kubeconfig that cannot be used, a web configuration file
+``listener.web_config_file`` that is missing, unusable or without a ``tls_server_config`` while
+``webhook.listen`` is set), one line on stderr naming the key and the rule; 1 a failure at run time
+(the webhook's address cannot be bound). Never a traceback for any of these.
 
 This module imports only the standard library at import time: ``runtimekit.cli`` builds its
 parser from here, and the agent's command line must not load aiohttp or the kubernetes client for it.
@@ -36,7 +37,6 @@ def add_gang_parser(commands: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import asyncio
     import signal
-    import ssl
 
     from runtimekit.schema import ConfigError
 
@@ -47,13 +47,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         config = load(args.config, {"kubernetes.kubeconfig": args.kubeconfig, "log_level": args.log_level})
         client = api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
+        service = GangService(config, client)
     except (ConfigError, ClusterAccessError) as error:
         return fail(EXIT_USAGE, str(error))
-    try:
-        service = GangService(config, client)
-    except (OSError, ssl.SSLError) as error:
-        return fail(EXIT_USAGE, f"webhook.cert_file, webhook.key_file: cannot load {config.webhook.cert_file} and "
-                                f"{config.webhook.key_file}: {getattr(error, 'strerror', None) or error}")
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
 

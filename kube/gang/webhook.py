@@ -12,9 +12,9 @@ server refuses gates on a bound pod) and lacks the gate. Any other review is all
 
 A body that is not an AdmissionReview v1 (not JSON, another kind, no ``request.uid``, an object
 that is not a mapping) is answered 400 with one line naming the field and the rule, never a
-traceback. The API server calls webhooks over HTTPS only: ``TlsFiles`` loads the certificate
-and key, and ``reload_if_changed`` loads them again when their files change (a renewed
-certificate is used for new connections without a restart).
+traceback; a body over ``MAX_REVIEW_BYTES`` is answered 413 (by the listener's guard when its
+length is declared, here when a chunked body grows past it). TLS, client certificates and basic
+auth are the listener's (``runtimekit.listener``, serve.py), not this app's.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import ssl
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -31,7 +29,7 @@ from aiohttp import web
 
 from .gangs import GANG_LABEL, GATE, JOBSET_NAME
 
-__all__ = ["MAX_REVIEW_BYTES", "ReviewError", "TlsFiles", "make_app", "review_answer"]
+__all__ = ["MAX_REVIEW_BYTES", "ReviewError", "make_app", "review_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +92,8 @@ def review_answer(review: Any, namespaces: Collection[str] = ()) -> dict[str, An
 
 
 def make_app(namespaces: Collection[str] = ()) -> web.Application:
-    """The webhook's routes: POST /mutate (the review), GET /healthz."""
+    """The webhook's routes: POST /mutate (the review), GET /healthz (liveness; the listener's guard
+    asks no credentials there, as on every listener)."""
 
     async def mutate(request: web.Request) -> web.Response:
         try:
@@ -119,30 +118,3 @@ def make_app(namespaces: Collection[str] = ()) -> web.Application:
     app.router.add_get("/healthz", healthz)
     return app
 
-
-class TlsFiles:
-    """A server TLS context from a PEM certificate and key, loaded again when either file changes."""
-
-    def __init__(self, cert_file: str, key_file: str) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp = self._stamps()
-        self.context.load_cert_chain(cert_file, key_file)  # OSError, ssl.SSLError: the caller names the key
-
-    def _stamps(self) -> tuple[float, float]:
-        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
-
-    def reload_if_changed(self) -> bool:
-        """Load the files again when they changed (True); a bad pair is logged and the old one kept."""
-        try:
-            stamp = self._stamps()
-            if stamp == self._stamp:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as error:
-            log.warning("webhook certificate not reloaded (the one loaded before stays): %s", error)
-            return False
-        self._stamp = stamp
-        log.info("webhook certificate reloaded from %s", self.cert_file)
-        return True

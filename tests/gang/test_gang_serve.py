@@ -1,6 +1,7 @@
-"""``runtimekit gang serve`` as a process: its exit codes and one-line errors, and the whole service
-end to end against the fake API server (the admission webhook over HTTPS gating a pod, the
-controller releasing the gang, SIGTERM stopping it with 0)."""
+"""``runtimekit gang serve`` as a process: its exit codes and one-line errors (a web configuration
+file it cannot serve the webhook with among them), and the whole service end to end against the
+fake API server (the admission webhook over HTTPS from its web configuration file gating a pod,
+the controller releasing the gang, SIGTERM stopping it with 0)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import json
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +24,7 @@ from runtimekit.kube.gang.offer import Offer
 from tests.gang.fake_cluster_api import FakeClusterApi
 from tests.gang.fake_patches import apply_json_patch
 from tests.gang.gang_rig import LEAF, SPINE, pinned_node, pod_group_pod
-from tests.gang.test_webhook import review
+from tests.gang.test_webhook import review, self_signed
 from tests.kube_fakes import serve
 
 
@@ -40,16 +40,26 @@ def _kubeconfig(tmp_path: Path, url: str = "http://127.0.0.1:1") -> Path:
     return path
 
 
-@pytest.mark.parametrize("text, message", [
-    ("colour: red\n", "colour: unknown key"),
-    ("tiers: {keys: []}\n", "tiers.keys: must list at least one label key"),
-    ("webhook: {listen: '0.0.0.0:9443'}\n", "webhook.cert_file: required while webhook.listen is set"),
-    ("offers: {source: guess}\n", "offers.source: must be one of annotation, resourceslices"),
-    ("kubernetes: {kubeconfig: /nonexistent/kubeconfig}\nwebhook: {listen: null}\n", "kubernetes.kubeconfig: /nonexistent/kubeconfig: no such file"),
-    ("webhook: {cert_file: /nonexistent.pem, key_file: /nonexistent.key}\n", "webhook.cert_file, webhook.key_file: cannot load"),
+@pytest.mark.parametrize("text, web_config, message", [
+    ("colour: red\n", None, "colour: unknown key"),
+    ("tiers: {keys: []}\n", None, "tiers.keys: must list at least one label key"),
+    ("webhook: {listen: '0.0.0.0:9443'}\n", None, "listener.web_config_file: required while webhook.listen is set"),
+    ("offers: {source: guess}\n", None, "offers.source: must be one of annotation, resourceslices"),
+    ("kubernetes: {kubeconfig: /nonexistent/kubeconfig}\nwebhook: {listen: null}\n", None,
+     "kubernetes.kubeconfig: /nonexistent/kubeconfig: no such file"),
+    ("listener: {web_config_file: /nonexistent/web.yml}\n", None,
+     "listener.web_config_file: cannot read /nonexistent/web.yml"),
+    ("listener: {web_config_file: WEB}\n", "basic_auth_users: {}\n", "listener.web_config_file: WEB: needs a tls_server_config"),
+    ("listener: {web_config_file: WEB}\n", "tls_server_config: {cert_file: none.pem, key_file: none.key}\n",
+     "listener.web_config_file: WEB: tls_server_config.cert_file: cannot read"),
+    ("listener: {web_config_file: WEB}\n", "tls_server_config: {cert_file: a.pem, key_file: a.key, colour: red}\n",
+     "listener.web_config_file: WEB: tls_server_config.colour: unknown key"),
 ])
 def test_configuration_mistakes_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                                                      message: str) -> None:
+                                                      web_config: str | None, message: str) -> None:
+    if web_config is not None:
+        (tmp_path / "web.yml").write_text(web_config)
+        text, message = text.replace("WEB", str(tmp_path / "web.yml")), message.replace("WEB", str(tmp_path / "web.yml"))
     if "kubernetes:" not in text:
         text += f"kubernetes: {{kubeconfig: {_kubeconfig(tmp_path)}}}\n"
     assert serve_cli.main(["serve", "--config", _config(tmp_path, text)]) == 2
@@ -57,11 +67,11 @@ def test_configuration_mistakes_exit_2_with_one_line(tmp_path: Path, capsys: pyt
     assert err.startswith("runtimekit: error: ") and message in err and "\n" not in err and "Traceback" not in err
 
 
-def _certificate(openssl: str, folder: Path) -> tuple[Path, Path]:
-    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", "tls.key", "-out", "tls.pem", "-days", "1", "-subj", "/CN=gang-webhook",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, cwd=folder)
-    return folder / "tls.pem", folder / "tls.key"
+def _web_config(tmp_path: Path, require_tool: Callable[..., str]) -> tuple[Path, Path]:
+    """(the web configuration file, the certificate it serves): TLS from a self-signed certificate."""
+    cert, _ = self_signed(require_tool("openssl", "openssl"), tmp_path, "tls")
+    (tmp_path / "web.yml").write_text("tls_server_config: {cert_file: tls.pem, key_file: tls.key}\n")
+    return tmp_path / "web.yml", cert
 
 
 def _free_port() -> int:
@@ -71,13 +81,13 @@ def _free_port() -> int:
 
 
 def test_a_webhook_port_taken_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], require_tool: Callable[..., str]) -> None:
-    cert, key = _certificate(require_tool("openssl", "openssl"), tmp_path)
+    web_config, _ = _web_config(tmp_path, require_tool)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         config = _config(tmp_path, f"kubernetes: {{kubeconfig: {_kubeconfig(tmp_path)}}}\n"
-                                   f"webhook: {{listen: '127.0.0.1:{port}', cert_file: {cert}, key_file: {key}}}\n")
+                                   f"webhook: {{listen: '127.0.0.1:{port}'}}\nlistener: {{web_config_file: {web_config}}}\n")
         assert serve_cli.main(["serve", "--config", config]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"runtimekit: cannot serve the webhook on 127.0.0.1:{port}")
@@ -91,12 +101,12 @@ async def _until(check: Callable[[], bool], what: str, timeout: float = 30.0) ->
 
 
 async def test_gang_serve_gates_places_and_stops_cleanly(tmp_path: Path, require_tool: Callable[..., str]) -> None:
-    cert, key = _certificate(require_tool("openssl", "openssl"), tmp_path)
+    web_config, cert = _web_config(tmp_path, require_tool)
     api = FakeClusterApi()
     runner, url = await serve(api.app)
     port = _free_port()
     config = _config(tmp_path, f"kubernetes: {{kubeconfig: {_kubeconfig(tmp_path, url)}}}\n"
-                               f"webhook: {{listen: '127.0.0.1:{port}', cert_file: {cert}, key_file: {key}}}\n"
+                               f"webhook: {{listen: '127.0.0.1:{port}'}}\nlistener: {{web_config_file: {web_config}}}\n"
                                f"tiers: {{keys: [{SPINE}, {LEAF}]}}\ncontroller: {{settle_seconds: 0.05, resync_seconds: 1}}\n")
     process = await asyncio.create_subprocess_exec(sys.executable, "-m", "runtimekit.cli", "gang", "serve", "--config", config,
                                                    stderr=asyncio.subprocess.PIPE)

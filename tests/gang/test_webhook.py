@@ -1,24 +1,35 @@
 """The admission webhook (kube/gang/webhook.py): which pods it gates, the patch it answers (applied
 as the API server applies it, then the pod created in the validating fake API server), malformed
-reviews answered 400 with the field named, and the service over HTTPS with a certificate the
-openssl CLI makes, reloaded when its files change."""
+reviews answered 400 with the field named; and the webhook as the service serves it (serve.py:
+the project's listener under the web configuration file ``listener.web_config_file``) with
+certificates the openssl CLI makes: HTTPS, a renewed certificate served without a restart, client
+certificates required, basic auth, a body over the limit."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import ssl
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
+from runtimekit.kube.gang.config import check_webhook_web_config, load
 from runtimekit.kube.gang.gangs import GANG_LABEL, GATE, JOBSET_NAME
-from runtimekit.kube.gang.webhook import TlsFiles, make_app, review_answer
+from runtimekit.kube.gang.serve import serve_webhook
+from runtimekit.kube.gang.webhook import MAX_REVIEW_BYTES, make_app, review_answer
+from runtimekit.listener import Listener
 from tests.gang.fake_cluster_api import FakeClusterApi
 from tests.gang.fake_patches import apply_json_patch
+from tests.security.pki import USER, basic, client_context, make_pki, user_hash, write_web_config
 
 CURVE = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
@@ -111,41 +122,105 @@ async def aiohttp_free_client():
         await client.close()
 
 
-def _certificate(openssl: str, folder: Path, name: str) -> None:
+def self_signed(openssl: str, folder: Path, name: str) -> tuple[Path, Path]:
+    """``name``.pem and ``name``.key in ``folder``: a self-signed P-256 certificate for IP:127.0.0.1."""
     subprocess.run([openssl, "req", "-x509", *CURVE, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "1",
                     "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, cwd=folder)
+    return folder / f"{name}.pem", folder / f"{name}.key"
 
 
-async def test_the_webhook_over_https_reloads_a_renewed_certificate(tmp_path: Path, require_tool: Callable[..., str]) -> None:
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory, require_tool: Callable[..., str]) -> Path:
+    """A CA, a server certificate it signed (IP:127.0.0.1), a client certificate it signed, and a
+    client certificate of another CA (tests/security/pki.py)."""
+    return make_pki(require_tool("openssl", "openssl"), tmp_path_factory.mktemp("pki"))
+
+
+@asynccontextmanager
+async def webhook(tmp_path: Path, web_config: Path) -> AsyncIterator[Listener]:
+    """The webhook as ``runtimekit gang serve`` serves it, on a free port, under ``web_config``."""
+    (tmp_path / "gang.yaml").write_text(yaml.safe_dump({
+        "webhook": {"listen": "127.0.0.1:0"}, "listener": {"web_config_file": str(web_config)}}))
+    config = load(tmp_path / "gang.yaml")
+    check_webhook_web_config(config)
+    async with serve_webhook(config) as listener:
+        assert listener.address.startswith("https://127.0.0.1:")
+        yield listener
+
+
+async def call(listener: Listener, context: ssl.SSLContext, path: str = "/mutate", **options: Any) -> tuple[int, Any]:
+    """(status, JSON body or text) of one request on a new connection; POST of a gang pod's review
+    to /mutate unless ``options`` give a body."""
+    if path == "/mutate" and "data" not in options:
+        options.setdefault("json", review(pod({GANG_LABEL: "g"})))
+    async with aiohttp.ClientSession() as session:
+        async with session.request("POST" if path == "/mutate" else "GET", listener.address + path, ssl=context,
+                                   **options) as answer:
+            if answer.content_type == "application/json" and answer.status == 200:
+                return answer.status, await answer.json()
+            return answer.status, await answer.text()
+
+
+def gated(body: Any) -> bool:
+    return isinstance(body, dict) and "patch" in body["response"]
+
+
+async def test_https_from_the_web_config_follows_a_renewed_certificate(tmp_path: Path, require_tool: Callable[..., str]) -> None:
     openssl = require_tool("openssl", "openssl")
     for name in ("first", "second"):
-        _certificate(openssl, tmp_path, name)
-    (tmp_path / "tls.pem").write_bytes((tmp_path / "first.pem").read_bytes())
-    (tmp_path / "tls.key").write_bytes((tmp_path / "first.key").read_bytes())
-    tls = TlsFiles(str(tmp_path / "tls.pem"), str(tmp_path / "tls.key"))
-    runner = aiohttp.web.AppRunner(make_app())
-    await runner.setup()
-    await aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls.context).start()
-    port = runner.addresses[0][1]
-
-    async def served_by(name: str) -> dict:
-        trust = ssl.create_default_context(cafile=str(tmp_path / f"{name}.pem"))
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"https://127.0.0.1:{port}/mutate", json=review(pod({GANG_LABEL: "g"})), ssl=trust) as answer:
-                assert answer.status == 200
-                return await answer.json()
-
-    try:
-        assert "patch" in (await served_by("first"))["response"]
-        assert not tls.reload_if_changed()
-        (tmp_path / "tls.key").write_bytes((tmp_path / "second.key").read_bytes())
-        (tmp_path / "tls.pem").write_bytes((tmp_path / "second.pem").read_bytes())
-        assert tls.reload_if_changed()
-        assert "patch" in (await served_by("second"))["response"]
+        self_signed(openssl, tmp_path, name)
+    for suffix in ("pem", "key"):
+        (tmp_path / f"tls.{suffix}").write_bytes((tmp_path / f"first.{suffix}").read_bytes())
+    web_config = tmp_path / "web.yml"  # relative paths: from the web configuration file's folder
+    web_config.write_text("tls_server_config: {cert_file: tls.pem, key_file: tls.key}\n")
+    trust = {name: ssl.create_default_context(cafile=str(tmp_path / f"{name}.pem")) for name in ("first", "second")}
+    async with webhook(tmp_path, web_config) as listener:
+        status, body = await call(listener, trust["first"])
+        assert status == 200 and gated(body)
+        assert await call(listener, trust["first"], "/healthz") == (200, "ok\n")
+        for suffix in ("key", "pem"):  # replaced as a Secret's files are: new files renamed into place
+            (tmp_path / f"new.{suffix}").write_bytes((tmp_path / f"second.{suffix}").read_bytes())
+            os.replace(tmp_path / f"new.{suffix}", tmp_path / f"tls.{suffix}")
+        status, body = await call(listener, trust["second"])
+        assert status == 200 and gated(body), "the renewed certificate serves the next connection"
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
-            await served_by("first")
-        (tmp_path / "tls.key").write_text("not a key")
-        assert not tls.reload_if_changed(), "a broken key is not loaded: the certificate served before stays"
-        assert "patch" in (await served_by("second"))["response"]
-    finally:
-        await runner.cleanup()
+            await call(listener, trust["first"])
+
+
+async def test_client_certificates_required_refuse_a_client_without_one(pki: Path, tmp_path: Path) -> None:
+    """The API server can present a client certificate to webhooks (its admission configuration's
+    kubeconfig); with RequireAndVerifyClientCert only a certificate of the client CA gets in."""
+    async with webhook(tmp_path, write_web_config(tmp_path / "web.yml", pki, mtls=True)) as listener:
+        status, body = await call(listener, client_context(pki, "client"))
+        assert status == 200 and gated(body)
+        for refused in (None, "rogue"):  # no certificate; one of a CA the webhook does not trust
+            with pytest.raises(aiohttp.ClientError):
+                await call(listener, client_context(pki, refused))
+
+
+async def test_basic_auth_users_need_credentials_but_not_on_healthz(pki: Path, tmp_path: Path) -> None:
+    web_config = write_web_config(tmp_path / "web.yml", pki, users={USER: user_hash()})
+    async with webhook(tmp_path, web_config) as listener:
+        context = client_context(pki, None)
+        status, body = await call(listener, context)
+        assert status == 401 and "missing or wrong credentials" in body
+        assert (await call(listener, context, headers={"Authorization": basic(password="wrong")}))[0] == 401
+        status, body = await call(listener, context, headers={"Authorization": basic()})
+        assert status == 200 and gated(body)
+        assert await call(listener, context, "/healthz") == (200, "ok\n"), "a kubelet probe carries no credentials"
+
+
+async def test_a_review_over_the_size_limit_is_413_before_its_body_is_read(pki: Path, tmp_path: Path) -> None:
+    async with webhook(tmp_path, write_web_config(tmp_path / "web.yml", pki)) as listener:
+        port = int(listener.address.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki, None))
+        try:  # the headers only: the declared length alone is refused
+            writer.write(f"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+            status_line = await asyncio.wait_for(reader.readline(), 10)
+        finally:
+            writer.close()
+        assert status_line.split()[1] == b"413"
+        status, body = await call(listener, client_context(pki, None), data=b"{" + b" " * (MAX_REVIEW_BYTES // 2) + b"}",
+                                  headers={"Content-Type": "application/json"})
+        assert status == 400 and body.startswith("apiVersion/kind: must be"), "a body under the limit is read"
