@@ -1,8 +1,11 @@
-# The node agent's image. NVML itself comes from the host driver through the NVIDIA container
+# The image of every Runtime Kit process: the node agent (`runtimekit serve`), the device plugin,
+# the DRA driver and the cluster services (remediation, gang placement), which differ only in their
+# arguments (deploy/kubernetes). NVML itself comes from the host driver through the NVIDIA container
 # runtime (it mounts libnvidia-ml.so and the /dev/nvidia* devices into the container); the image
-# holds only Python, the agent and its dependencies.
+# holds only Python, runtimekit and its dependencies, with the kube extra (the Kubernetes client
+# the DRA driver and the cluster services use; the agent never imports it).
 #
-# Two stages: the builder makes a wheel of the agent and of each dependency; the final stage
+# Two stages: the builder makes a wheel of runtimekit and of each dependency; the final stage
 # installs those wheels offline, so it has no build tools and no source tree.
 #
 # The base image is pinned to a patch release; for a release build pin its digest too
@@ -21,11 +24,11 @@ COPY healthcheck ./healthcheck
 COPY slicer ./slicer
 COPY topology ./topology
 COPY kube ./kube
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[kube]"
 
 FROM ${PYTHON_IMAGE}
 COPY --from=builder /wheels /wheels
-RUN python -m pip install --no-cache-dir --no-index --find-links /wheels runtimekit \
+RUN python -m pip install --no-cache-dir --no-index --find-links /wheels "runtimekit[kube]" \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin runtimekit \
@@ -36,12 +39,15 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Non-root by default: NVML needs only the /dev/nvidia* devices, which the runtime grants, so
-# `runtimekit serve` (and `--sim`) run as this user. Attribution needs more: connecting to the
-# kubelet pod-resources and CRI sockets (root-owned, 0660) needs uid 0, and the host's /proc
-# entries it reads (stat, statm, cmdline, cgroup) are world-readable -- reading other users'
-# environ, fd or exe would need CAP_SYS_PTRACE, which the agent does not use. So the DaemonSet
-# (deploy/kubernetes/daemonset.yaml) runs this image as uid 0 with every capability dropped.
+# `runtimekit serve` (and `--sim`) run as this user, and so do the remediation service and the gang
+# placer. Attribution needs more: connecting to the kubelet pod-resources and CRI sockets
+# (root-owned, 0660) needs uid 0, and the host's /proc entries it reads (stat, statm, cmdline,
+# cgroup) are world-readable -- reading other users' environ, fd or exe would need CAP_SYS_PTRACE,
+# which the agent does not use. So the agent's DaemonSet (deploy/kubernetes/base/agent.yaml) runs
+# this image as uid 0 with every capability dropped, as do the device plugin's and the DRA
+# driver's (the kubelet's sockets are root's).
 USER 10001:10001
-EXPOSE 9445
+# The agent's /metrics and API (9445), the remediation webhook (9446), the gang admission webhook (9443).
+EXPOSE 9445 9446 9443
 ENTRYPOINT ["runtimekit"]
 CMD ["serve"]

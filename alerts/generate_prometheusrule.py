@@ -1,4 +1,4 @@
-"""Writes deploy/kubernetes/prometheusrule.yaml from alerts/runtimekit.rules.yml.
+"""Writes deploy/kubernetes/monitoring/prometheusrule.yaml from alerts/runtimekit.rules.yml.
 
     .venv/bin/python alerts/generate_prometheusrule.py
 
@@ -14,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "alerts" / "runtimekit.rules.yml"
-TARGET = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
+TARGET = ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml"
 
 
 class _Dumper(yaml.SafeDumper):

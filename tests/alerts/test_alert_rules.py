@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "runtimekit.rules.yml"
 TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))
-PROMETHEUSRULE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
+PROMETHEUSRULE = ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 SEVERITIES = {"critical", "warning", "info"}
 ACTIONS = {"none", "restart_application", "drain_and_reset_gpu", "reboot_node", "replace_node"}

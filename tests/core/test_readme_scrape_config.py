@@ -32,7 +32,7 @@ def test_the_shipped_daemonset_is_what_the_scrape_job_keeps() -> None:
     """The job keeps pods labelled app.kubernetes.io/name=runtimekit-agent, on the port named metrics."""
     job = scrape_job(ROOT / "README.md")
     keeps = {tuple(rule["source_labels"]): rule["regex"] for rule in job["relabel_configs"] if rule.get("action") == "keep"}
-    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "daemonset.yaml").read_text()))
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "base" / "agent.yaml").read_text()))
     daemonset = next(d for d in documents if d and d.get("kind") == "DaemonSet")
     pod = daemonset["spec"]["template"]
     label = pod["metadata"]["labels"]["app.kubernetes.io/name"]

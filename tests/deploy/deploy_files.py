@@ -1,21 +1,23 @@
-"""Readers for the deployment files (Kubernetes manifests, the Dockerfile, the systemd unit), so
-tests/deploy/ can check them against the code without Docker, a cluster or systemd."""
+"""Readers for the deployment files (Kubernetes objects, the Dockerfile, the systemd unit), so
+tests/deploy/ can check them against the code without Docker, a cluster or systemd. The
+Kubernetes objects are those ``kubectl kustomize`` renders (rendered.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
-DAEMONSET = KUBERNETES / "daemonset.yaml"
 SYSTEMD_UNIT = ROOT / "deploy" / "systemd" / "runtimekit.service"
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -27,11 +29,7 @@ def console_scripts() -> dict[str, str]:
 
 # ---- Kubernetes --------------------------------------------------------------------------------
 
-def load_documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
-
-
-def find(documents: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+def find(documents: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     found = [d for d in documents if d.get("kind") == kind and d.get("metadata", {}).get("name") == name]
     assert len(found) == 1, f"expected one {kind} {name!r}, found {len(found)}"
     return found[0]
@@ -64,7 +62,7 @@ def host_path_of(pod_spec: dict[str, Any], container: dict[str, Any], path: str)
     return base + rest, mount
 
 
-def config_map_file(documents: list[dict[str, Any]], namespace: str | None, pod_spec: dict[str, Any],
+def config_map_file(documents: Sequence[dict[str, Any]], namespace: str | None, pod_spec: dict[str, Any],
                     container: dict[str, Any], path: str) -> str:
     """The text of the file ``path`` that a ConfigMap volume of ``container`` (in ``namespace``) provides."""
     mount = mount_of(container, path)
@@ -183,3 +181,29 @@ def exec_start_argv(value: str) -> list[str]:
     argv = shlex.split(value)
     argv[0] = argv[0].lstrip("-@:+!")
     return argv
+
+
+# ---- command lines -----------------------------------------------------------------------------
+
+def container_argv(container: dict[str, Any]) -> list[str]:
+    """A container's command line: its command (or the image's ENTRYPOINT), then its args (or,
+    without a command of its own, the image's CMD) -- as Kubernetes combines them."""
+    final = dockerfile_stages()[-1]
+    entrypoint = exec_form(final.last("ENTRYPOINT") or "[]")
+    cmd = exec_form(final.last("CMD") or "[]")
+    if "command" in container:
+        return [*container["command"], *container.get("args", [])]
+    return [*entrypoint, *container.get("args", cmd)]
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """``argv`` as the installed ``runtimekit`` parses it (``runtimekit.cli.parser()``); a usage
+    error fails the test with the command line."""
+    from runtimekit import cli
+
+    assert argv, "empty command line"
+    assert Path(argv[0]).name in console_scripts(), f"{argv[0]!r} is not a command pyproject.toml installs"
+    try:
+        return cli.parser().parse_args(argv[1:])
+    except SystemExit as exit:
+        pytest.fail(f"`{' '.join(argv)}` is not a valid runtimekit command line (exit {exit.code})")

@@ -1,33 +1,29 @@
-"""The shipped DaemonSet and systemd unit, checked against the code: the command line parses with
-``runtimekit.cli.parser()``, every host path of the configuration in effect is mounted from where
-``runtimekit.config.SCHEMA``'s defaults say it is on a node, the port and probes match the agent,
-and nothing runs with more privilege than it needs."""
+"""The node agent's DaemonSet (as kubectl renders the base and every overlay) and systemd unit,
+checked against the code: the command line parses with ``runtimekit.cli.parser()``, every host
+path of the configuration in effect is mounted from where ``runtimekit.config.SCHEMA``'s defaults
+say it is on a node (written only where the agent writes), the port and probes match the agent,
+and nothing runs with more privilege than it needs (tests/deploy/test_kustomize.py checks the
+security context of every container)."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deploy_files import (
-    DAEMONSET,
-    KUBERNETES,
     config_map_file,
-    console_scripts,
-    copies,
-    dockerfile_stages,
-    exec_form,
+    container_argv,
     exec_start_argv,
     find,
     host_path_of,
-    load_documents,
     mount_of,
+    parse_command_line,
     systemd_unit,
     volume,
 )
+from rendered import container, installations, pod_spec, render
 
-from runtimekit import cli
 from runtimekit import config as config_module
 
 # Keys of runtimekit.config.SCHEMA that are paths on the node. Each must be mounted into the agent's
@@ -38,30 +34,16 @@ HOST_PATH_KEYS = (
     "attribution.proc_root",
     "state_dir",
     "health.boot_id_path",
+    "slicer.cdi_dir",
+    "topology.sys_root",
 )
-WRITABLE_KEYS = {"state_dir"}  # everything else is only read
+WRITABLE_KEYS = {"state_dir", "slicer.cdi_dir"}  # everything else is only read
+INSTALLATIONS = installations()
 
 
-def parse_command_line(argv: list[str]) -> argparse.Namespace:
-    """``argv`` as `runtimekit` parses it; a usage error fails the test with argparse's message."""
-    assert argv, "empty command line"
-    assert Path(argv[0]).name in console_scripts(), f"{argv[0]!r} is not a command pyproject.toml installs"
-    try:
-        return cli.parser().parse_args(argv[1:])
-    except SystemExit as exit:
-        pytest.fail(f"`{' '.join(argv)}` is not a valid runtimekit command line (exit {exit.code})")
-
-
-def test_every_manifest_is_yaml_with_kind_and_name():
-    for path in sorted(KUBERNETES.glob("*.yaml")):
-        for document in load_documents(path):
-            assert {"apiVersion", "kind", "metadata"} <= document.keys(), f"{path.name}: {document}"
-            assert document["metadata"].get("name"), f"{path.name}: a {document['kind']} without a name"
-
-
-@pytest.fixture(scope="module")
-def documents() -> list[dict[str, Any]]:
-    return load_documents(DAEMONSET)
+@pytest.fixture(scope="module", params=list(INSTALLATIONS))
+def documents(request) -> tuple[dict[str, Any], ...]:
+    return render(INSTALLATIONS[request.param])
 
 
 @pytest.fixture(scope="module")
@@ -70,45 +52,25 @@ def daemonset(documents) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def pod_spec(daemonset) -> dict[str, Any]:
-    return daemonset["spec"]["template"]["spec"]
+def agent(daemonset) -> dict[str, Any]:
+    return container(daemonset, "agent")
 
 
 @pytest.fixture(scope="module")
-def container(pod_spec) -> dict[str, Any]:
-    found = [c for c in pod_spec["containers"] if c["name"] == "agent"]
-    assert len(found) == 1
-    return found[0]
+def argv(agent) -> list[str]:
+    return container_argv(agent)
 
 
 @pytest.fixture(scope="module")
-def argv(container) -> list[str]:
-    """The container's command line: its command (or the image's ENTRYPOINT), then its args (or,
-    without a command of its own, the image's CMD) -- as Kubernetes combines them."""
-    final = dockerfile_stages()[-1]
-    entrypoint = exec_form(final.last("ENTRYPOINT") or "[]")
-    cmd = exec_form(final.last("CMD") or "[]")
-    if "command" in container:
-        return [*container["command"], *container.get("args", [])]
-    return [*entrypoint, *container.get("args", cmd)]
-
-
-@pytest.fixture(scope="module")
-def agent_config(documents, daemonset, pod_spec, container, argv, tmp_path_factory) -> config_module.Config:
+def agent_config(documents, daemonset, agent, argv, tmp_path_factory) -> config_module.Config:
     """The configuration the agent runs with: the ConfigMap file named by --config, then the flags."""
     args = parse_command_line(argv)
     path = None
     if args.config:
         path = tmp_path_factory.mktemp("config") / "runtimekit.yaml"
-        path.write_text(config_map_file(documents, daemonset["metadata"].get("namespace"), pod_spec, container,
+        path.write_text(config_map_file(documents, daemonset["metadata"].get("namespace"), pod_spec(daemonset), agent,
                                         args.config))
     return config_module.load(path, {"listen": args.listen, "state_dir": args.state_dir})
-
-
-def test_the_image_is_built_from_the_dockerfile_that_runs_runtimekit(container):
-    assert container["image"].startswith("runtimekit:")
-    final = dockerfile_stages()[-1]
-    assert any(c.from_stage for c in copies(final)), "the final stage installs what the builder made"
 
 
 def test_command_line_is_runtimekit_serve(argv):
@@ -118,10 +80,10 @@ def test_command_line_is_runtimekit_serve(argv):
 
 
 @pytest.mark.parametrize("key", HOST_PATH_KEYS)
-def test_every_host_path_is_mounted_from_its_place_on_the_node(key, agent_config, pod_spec, container):
+def test_every_host_path_is_mounted_from_its_place_on_the_node(key, agent_config, daemonset, agent):
     in_container = config_module.value_at(agent_config, key)
     on_node = config_module.SCHEMA[key].default
-    found = host_path_of(pod_spec, container, in_container)
+    found = host_path_of(pod_spec(daemonset), agent, in_container)
     assert found is not None, (
         f"{key} is {in_container} in the container, but no hostPath volumeMount holds it "
         f"(it is {on_node} on the node)")
@@ -133,37 +95,40 @@ def test_every_host_path_is_mounted_from_its_place_on_the_node(key, agent_config
         assert mount.get("readOnly") is True, f"{key}: {mount['mountPath']} is only read; mount it readOnly"
 
 
-def test_every_host_path_volume_is_mounted_read_only_but_the_state(pod_spec, container, agent_config):
-    state = mount_of(container, agent_config.state_dir)
-    for mount in container.get("volumeMounts", []):
-        if "hostPath" in volume(pod_spec, mount["name"]) and mount is not state:
+def test_the_api_socket_is_in_the_state_directory_on_the_node(agent_config, daemonset, agent):
+    """Where the device plugin and the DRA driver find it (test_node_components.py)."""
+    found = host_path_of(pod_spec(daemonset), agent, agent_config.api_socket)
+    assert found is not None and found[0] == "/var/lib/runtimekit/runtimekit.sock", found
+
+
+def test_every_host_path_volume_is_mounted_read_only_but_what_the_agent_writes(daemonset, agent, agent_config):
+    written = {id(mount_of(agent, config_module.value_at(agent_config, key))) for key in WRITABLE_KEYS}
+    for mount in agent.get("volumeMounts", []):
+        if "hostPath" in volume(pod_spec(daemonset), mount["name"]) and id(mount) not in written:
             assert mount.get("readOnly") is True, f"{mount['mountPath']} is mounted writable"
 
 
-def test_container_port_is_the_listen_port(container, agent_config, daemonset):
-    ports = {p.get("name"): p["containerPort"] for p in container["ports"]}
+def test_container_port_is_the_listen_port(agent, agent_config, daemonset, documents):
+    ports = {p.get("name"): p["containerPort"] for p in agent["ports"]}
     assert agent_config.listen_port == config_module.DEFAULT_PORT
     assert list(ports.values()) == [agent_config.listen_port], ports
     annotations = daemonset["spec"]["template"]["metadata"].get("annotations", {})
     assert annotations.get("prometheus.io/port") == str(agent_config.listen_port)
+    service = find(documents, "Service", "runtimekit-agent")
+    assert [(p["port"], ports[p["targetPort"]]) for p in service["spec"]["ports"]] == [(agent_config.listen_port,) * 2]
 
 
 @pytest.mark.parametrize(("probe", "path"), [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")])
-def test_probes(container, agent_config, probe, path):
-    get = container[probe]["httpGet"]
+def test_probes(agent, agent_config, probe, path):
+    get = agent[probe]["httpGet"]
     assert get["path"] == path
-    ports = {p.get("name"): p["containerPort"] for p in container["ports"]}
+    ports = {p.get("name"): p["containerPort"] for p in agent["ports"]}
     assert ports.get(get["port"], get["port"]) == agent_config.listen_port
 
 
-def test_least_privilege(pod_spec, container):
-    context = container.get("securityContext", {})
-    assert not context.get("privileged", False)
-    assert context.get("allowPrivilegeEscalation") is False
-    assert context.get("readOnlyRootFilesystem") is True
-    assert context.get("capabilities", {}).get("drop") == ["ALL"]
-    assert not context.get("capabilities", {}).get("add"), "the agent needs no capability (see the manifest)"
-    assert not pod_spec.get("hostNetwork") and not pod_spec.get("hostIPC")
+def test_the_agent_never_calls_the_kubernetes_api(daemonset):
+    spec = pod_spec(daemonset)
+    assert spec.get("automountServiceAccountToken") is False and "serviceAccountName" not in spec
 
 
 # ---- systemd -----------------------------------------------------------------------------------
@@ -187,6 +152,16 @@ def test_systemd_state_directory_is_the_state_dir(unit):
     (name,) = unit["Service"]["StateDirectory"]
     state_dir = args.state_dir or config_module.SCHEMA["state_dir"].default
     assert f"/var/lib/{name}" == state_dir, "ProtectSystem=strict leaves only StateDirectory= writable"
+
+
+def test_systemd_leaves_the_cdi_directory_writable(unit):
+    """ProtectSystem=strict makes /run read-only but for ReadWritePaths= (/var/run is /run)."""
+    cdi_dir = Path(config_module.SCHEMA["slicer.cdi_dir"].default)
+    on_run = Path("/run") / cdi_dir.relative_to("/var/run")
+    writable = [Path(p.lstrip("-")) for line in unit["Service"].get("ReadWritePaths", []) for p in line.split()]
+    assert on_run in writable, f"ReadWritePaths= must hold {on_run} (slicer.cdi_dir {cdi_dir})"
+    made = [exec_start_argv(line) for line in unit["Service"].get("ExecStartPre", [])]
+    assert any(argv[-1] == str(on_run) and Path(argv[0]).name == "mkdir" for argv in made), "ReadWritePaths= needs it to exist"
 
 
 def test_systemd_sandbox_leaves_what_the_agent_needs(unit):

@@ -191,7 +191,7 @@ def test_the_shipped_kubernetes_configuration_loads(tmp_path):
     from runtimekit.kube.remediation.config import load
     from tests.agent_process import ROOT
 
-    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "remediation.yaml").read_text()))
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "remediation" / "remediation.yaml").read_text()))
     embedded = next(d for d in documents if d["kind"] == "ConfigMap")["data"]["remediation.yaml"]
     path = tmp_path / "remediation.yaml"
     path.write_text(embedded)
