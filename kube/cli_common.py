@@ -1,8 +1,17 @@
-"""What the container layer's command lines share: the exit codes and the one-line failure."""
+"""What the container layer's command lines share: the exit codes, the one-line failure, the log
+format, and serving until SIGTERM or SIGINT.
+
+Only the standard library is imported here: ``runtimekit.cli`` builds its parser from modules that
+import this one, and the agent's command line must not load grpc, aiohttp or the kubernetes client.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
 import sys
+from collections.abc import Awaitable, Callable
 
 EXIT_FAILURE = 1  # a failure at run time
 EXIT_USAGE = 2  # bad input: a flag, a configuration key, a file
@@ -13,3 +22,27 @@ def fail(code: int, message: str) -> int:
     prefix = "runtimekit: error: " if code == EXIT_USAGE else "runtimekit: "
     print(prefix + message, file=sys.stderr)
     return code
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level`` ("debug" … "error") with time, level and logger name."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def serve_until_signalled(run: Callable[[], Awaitable[None]], stopped: str) -> None:
+    """Run ``run()`` in a new event loop until SIGTERM or SIGINT cancels it; then log ``stopped``
+    and return. Any other exception propagates for the caller to turn into an exit code."""
+
+    async def serve() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            await run()
+        except asyncio.CancelledError:
+            logging.getLogger(__name__).info(stopped)
+
+    asyncio.run(serve())

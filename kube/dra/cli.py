@@ -12,11 +12,10 @@ parser from here, and the agent's command line must not load grpc or the kuberne
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
-from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, configure_logging, fail, serve_until_signalled
 
 #: Where the node's name comes from without --node-name (a DaemonSet sets it from the downward
 #: API: ``valueFrom.fieldRef.fieldPath: spec.nodeName``); either one wins over the file's node_name.
@@ -36,9 +35,6 @@ def add_dra_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-
     from runtimekit.schema import ConfigError
 
     from ..kubeclient import ClusterAccessError, api_client
@@ -56,22 +52,9 @@ def run_serve(args: argparse.Namespace) -> int:
         client = api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
     except ClusterAccessError as error:
         return fail(EXIT_USAGE, str(error))
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-
-    async def serve() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, task.cancel)
-        try:
-            await DraService(config, client).run()
-        except asyncio.CancelledError:
-            logging.getLogger(__name__).info("stopped: the kubelet sockets are removed")
-
+    configure_logging(config.log_level)
     try:
-        asyncio.run(serve())
+        serve_until_signalled(lambda: DraService(config, client).run(), "stopped: the kubelet sockets are removed")
     except DriverLocked as error:
         return fail(EXIT_FAILURE, str(error))
     except CheckpointError as error:

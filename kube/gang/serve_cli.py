@@ -14,10 +14,9 @@ parser from here, and the agent's command line must not load aiohttp or the kube
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
-from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, configure_logging, fail, serve_until_signalled
 
 
 def add_gang_parser(commands: argparse._SubParsersAction) -> None:
@@ -35,9 +34,6 @@ def add_gang_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-
     from runtimekit.schema import ConfigError
 
     from ..kubeclient import ClusterAccessError, api_client
@@ -50,22 +46,9 @@ def run_serve(args: argparse.Namespace) -> int:
         service = GangService(config, client)
     except (ConfigError, ClusterAccessError) as error:
         return fail(EXIT_USAGE, str(error))
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-
-    async def serve() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, task.cancel)
-        try:
-            await service.run()
-        except asyncio.CancelledError:
-            logging.getLogger(__name__).info("stopped")
-
+    configure_logging(config.log_level)
     try:
-        asyncio.run(serve())
+        serve_until_signalled(service.run, "stopped")
     except OSError as error:
         return fail(EXIT_FAILURE, f"cannot serve the webhook on {config.webhook.listen}: {error.strerror or error}")
     return 0
