@@ -16,6 +16,11 @@ from collections.abc import Awaitable, Callable
 EXIT_FAILURE = 1  # a failure at run time
 EXIT_USAGE = 2  # bad input: a flag, a configuration key, a file
 
+#: Where a node-level service finds its node's name without --node-name (a DaemonSet sets it from
+#: the downward API: ``valueFrom.fieldRef.fieldPath: spec.nodeName``); either one wins over the
+#: configuration file's ``node_name``, whose ConfigMap is every node's.
+NODE_NAME_ENV = "NODE_NAME"
+
 
 def fail(code: int, message: str) -> int:
     """Print ``message`` as one line on stderr ("runtimekit: error: …" for bad input) and return ``code``."""
@@ -25,9 +30,12 @@ def fail(code: int, message: str) -> int:
 
 
 def configure_logging(level: str) -> None:
-    """Log to stderr at ``level`` ("debug" … "error") with time, level and logger name."""
+    """Log to stderr at ``level`` ("debug" … "error") with time, level and logger name. The services
+    log a Kubernetes API fault once; urllib3 (under the kubernetes client) would log each of its own
+    quick retries of every try as a warning, so it logs errors only."""
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def serve_until_signalled(run: Callable[[], Awaitable[None]], stopped: str) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from runtimekit._proto.deviceplugin.v1beta1 import api_pb2
 from runtimekit.grpc_unix import UnixRpcError
 
-from .agent import AgentClient, Nic
+from ..agentclient import AgentClient, Nic
 from .config import DevicePluginConfig
 
 log = logging.getLogger(__name__)

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, setting
+from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
 
-from .names import mig_resource, resource_name_problem
+from .names import mig_resource, node_name_problem, resource_name_problem
 
 #: The kubelet's registration socket (k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket).
 KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 #: The agent's API socket when its state directory is the default one (docs/api.md).
 AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
+#: The kubelet's pod-resources socket (k8s.io/kubelet pkg/apis/podresources: <root>/pod-resources/kubelet.sock).
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 def _absolute(value: str) -> str | None:
@@ -36,6 +38,35 @@ def _mig_prefix(value: str) -> str | None:
 def _cdi_kind(value: str) -> str | None:
     problem = resource_name_problem(value)  # a CDI kind is "vendor/class": the same shape
     return None if problem is None else f"a CDI kind is vendor/class: {problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class OfferAnnotationConfig:
+    """The node annotation runtimekit.io/offer: what this node offers the gang placer (docs/gang.md),
+    written on this node's Node object (docs/deviceplugin.md, "The offer annotation for gang
+    placement"). Off by default: it needs a service account allowed to get and patch nodes."""
+
+    enabled: bool = setting(False, "keep the annotation current (needs node_name and the nodes get, patch permission)")
+    pod_resources_socket: str = setting(
+        POD_RESOURCES_SOCKET, "the kubelet's pod-resources socket: which devices pods hold (List)", _absolute
+    )
+    poll_seconds: float = setting(
+        5.0, "how often the pod-resources API is read (the devices' health changes are written at once); also "
+        "the first wait after a failure, doubled after each failure in a row up to resync_seconds",
+        between(0.05, 3600),
+    )
+    resync_seconds: float = setting(
+        60.0, "how often the Node's annotation is read back and written again when it differs (someone changed "
+        "or removed it)", between(1, 86400),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesConfig:
+    """How the plugin reaches the API server (only with offer_annotation.enabled: its own Node read and patched)."""
+
+    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
+    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +105,12 @@ class DevicePluginConfig:
         1.0, "how often the kubelet socket is checked for a restart (re-created: register again)", between(0.05, 60)
     )
     log_level: str = setting("info", "logging threshold", allowed=("debug", "info", "warning", "error"))
+    node_name: str | None = setting(
+        None, "the Node this plugin runs on (--node-name, else the NODE_NAME environment variable, else this key); "
+        "required with offer_annotation.enabled", node_name_problem,
+    )
+    offer_annotation: OfferAnnotationConfig = section(OfferAnnotationConfig)
+    kubernetes: KubernetesConfig = section(KubernetesConfig)
 
     @property
     def socket_dir(self) -> str:
@@ -91,5 +128,8 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
         raise ConfigError("cdi: set it or visible_devices_env; with neither a container would get no device")
     if values["mig_prefix"] == values["resource_name"]:
         raise ConfigError("mig_prefix: must differ from resource_name")
+    if values["offer_annotation.enabled"] and values["node_name"] is None:
+        raise ConfigError("node_name: required with offer_annotation.enabled: pass --node-name, set NODE_NAME "
+                          "(the pod's spec.nodeName) or the key")
     config: DevicePluginConfig = build(DevicePluginConfig, values)
     return config

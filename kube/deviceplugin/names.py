@@ -1,10 +1,12 @@
-"""Names the kubelet accepts: extended resource names, and the plugin's socket file per resource.
+"""Names the kubelet accepts: extended resource names, and the plugin's socket file per resource;
+and the Node's name the API server accepts.
 
 Rules from Kubernetes (k8s.io/apimachinery validation.IsQualifiedName and DNS-1123 subdomain;
 k8s.io/kubernetes pkg/apis/core/v1/helper IsExtendedResourceName, which the kubelet's device
 manager applies to RegisterRequest.resource_name): ``DOMAIN/NAME`` with DOMAIN a lower-case DNS
 subdomain of at most 253 characters outside ``kubernetes.io``, and NAME 1-63 characters of
-``[A-Za-z0-9._-]`` that start and end alphanumeric.
+``[A-Za-z0-9._-]`` that start and end alphanumeric. A Node's name is a DNS-1123 subdomain
+(apimachinery ``ValidateNodeName``: ``IsDNS1123Subdomain``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def resource_name_problem(name: str) -> str | None:
         return "its domain must not be kubernetes.io (reserved for native resources)"
     if not rest or len(rest) > 63 or not _NAME.fullmatch(rest):
         return "its name must be 1-63 characters of A-Z a-z 0-9 . _ - starting and ending alphanumeric"
+    return None
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a Node's name (a lower-case DNS subdomain of at most 253 characters), or None."""
+    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        return "must be a Node's name: a lower-case DNS subdomain of at most 253 characters"
     return None
 
 

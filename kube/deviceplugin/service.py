@@ -18,6 +18,10 @@ Every ``kubelet_poll_seconds`` (polling, no inotify) ``reconcile`` makes the wor
   restarted kubelet makes a new one), its own socket was made again, or its last try failed.
 
 A kubelet that refuses or is absent is logged once per reason and tried again on the next tick.
+
+With ``offer_annotation.enabled`` an ``OfferWriter`` runs beside the device watch and keeps the
+Node's annotation ``runtimekit.io/offer`` current (offer_writer.py); its faults never stop the
+plugins, and a plugin that stops removes the annotation.
 """
 
 from __future__ import annotations
@@ -26,14 +30,18 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from runtimekit.grpc_unix import UnixRpcError
+from runtimekit.kube.gang.offer import OFFER_ANNOTATION
 
-from .agent import AgentClient
+from ..agentclient import AgentClient
 from .allocation import Allocator
 from .config import DevicePluginConfig
 from .kubelet import KubeletRegistration, file_identity
 from .names import endpoint_of
+from .nodeapi import KubernetesNodeAnnotation
+from .offer_writer import OfferWriter
 from .plugin import DevicePluginServicer, PluginServer
 from .watch import DeviceWatch
 
@@ -61,36 +69,52 @@ class _Plugin:
 
 
 class DevicePluginService:
-    """The whole plugin; ``run()`` until cancelled (or ``PluginSocketError``), then every socket is removed."""
+    """The whole plugin; ``run()`` until cancelled (or ``PluginSocketError``), then every socket is removed.
 
-    def __init__(self, config: DevicePluginConfig) -> None:
+    ``kube_client``: a ``kubernetes.client.ApiClient`` (``runtimekit.kube.kubeclient.api_client``),
+    required with ``offer_annotation.enabled`` and unused without."""
+
+    def __init__(self, config: DevicePluginConfig, kube_client: Any = None) -> None:
         self.config = config
         self.agent = AgentClient(config.agent_socket, config.agent_timeout_seconds)
         self.watch = DeviceWatch(self.agent, config)
         self.allocator = Allocator(self.agent, config)
         self.kubelet = KubeletRegistration(config.kubelet_socket, config.agent_timeout_seconds)
         self.plugins: dict[str, _Plugin] = {}
+        self.offer_writer: OfferWriter | None = None
+        if config.offer_annotation.enabled:
+            if kube_client is None or config.node_name is None:
+                raise ValueError("offer_annotation.enabled needs node_name and a Kubernetes client")
+            annotation = KubernetesNodeAnnotation(kube_client, config.node_name, OFFER_ANNOTATION)
+            self.offer_writer = OfferWriter(self.watch, config, annotation)
 
     async def run(self) -> None:
-        watcher = asyncio.create_task(self.watch.run(), name="device-watch")
+        tasks = [asyncio.create_task(self.watch.run(), name="device-watch")]
+        if self.offer_writer is not None:
+            tasks.append(asyncio.create_task(self.offer_writer.run(), name="offer-annotation"))
         try:
             while True:
-                if watcher.done():
-                    watcher.result()  # the watch ended by a bug: raise it (the process exits, its pod restarts)
+                for task in tasks:
+                    if task.done():
+                        task.result()  # it ended by a bug: raise it (the process exits, its pod restarts)
                 await self.reconcile()
                 await asyncio.sleep(self.config.kubelet_poll_seconds)
         finally:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.close()
 
     async def close(self) -> None:
-        """Stop every plugin server (their sockets are removed) and close the clients."""
+        """Stop every plugin server (their sockets are removed), remove the offer annotation, close the clients."""
         for resource, plugin in self.plugins.items():
             try:
                 await plugin.server.stop()
             except OSError as error:  # another file in the socket's place: left alone
                 log.warning("%s: %s", resource, error)
+        if self.offer_writer is not None:
+            await self.offer_writer.withdraw()
+            await self.offer_writer.close()
         await self.kubelet.close()
         await self.agent.close()
 

@@ -14,8 +14,10 @@
 
 The newest verdict wins (by ``evaluated_at``; an older one, from a poll that raced the stream, is
 ignored). Each change of the advertised devices bumps ``version`` and wakes every ListAndWatch
-stream (``wait_newer``). While the agent is unreachable the last devices stay advertised as they
-were (the kubelet keeps its pods); failures and recoveries are logged once per transition.
+stream and the offer annotation's writer (``wait_newer``); ``topology`` keeps the newest
+GetTopology answer for that writer (its NVLink links and NICs). While the agent is unreachable
+the last devices stay advertised as they were (the kubelet keeps its pods); failures and
+recoveries are logged once per transition.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
 from runtimekit.grpc_unix import UnixRpcError
 
-from .agent import AgentClient
+from ..agentclient import AgentClient
 from .config import DevicePluginConfig
 from .inventory import Unit, numa_nodes, units
 
@@ -43,11 +45,17 @@ class DeviceWatch:
         self.version = 0  # bumped on every change of ``units``
         self._node: node_pb2.Node | None = None
         self._slices: list[slice_pb2.Slice] = []
+        self.topology: node_pb2.Topology | None = None  # the newest GetTopology answer (None before the first)
         self._numa: dict[str, int] = {}  # each card's NUMA node by UUID (GetTopology)
         self._topology_of: frozenset[tuple[str, int]] | None = None  # the cards (UUID, index) it covers
         self._health = node_pb2.NodeHealth()
         self._changed = asyncio.Event()
         self._failing: dict[str, str] = {}  # loop name -> its last error, while it fails
+
+    @property
+    def node_known(self) -> bool:
+        """Whether the agent's node has been read once (before that, ``units`` is empty for want of it)."""
+        return self._node is not None
 
     async def wait_newer(self, version: int) -> int:
         """Wait until ``self.version`` differs from ``version``; return the new one."""
@@ -82,6 +90,7 @@ class DeviceWatch:
             self._failed("GetTopology", str(error), "the devices go without a NUMA node until it answers")
             return
         self._recovered("GetTopology")
+        self.topology = topology
         self._numa = numa_nodes(topology)
         if {uuid for uuid, _ in cards} <= {place.ref.uuid for place in topology.devices}:
             self._topology_of = cards  # complete: read again only when the cards change

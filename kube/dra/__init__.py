@@ -6,7 +6,7 @@ describes it. It speaks the kubelet's plugin registration API and DRA plugin API
 ``kubernetes`` client, and reaches the node agent only through runtimekit.v1 on the agent's
 socket: never the slicer, the node state, the exporter or the health checker.
 
-Layers: ``config`` (the YAML schema) and ``names``; ``agent`` (the runtimekit.v1 client);
+Layers: ``config`` (the YAML schema) and ``names``; the runtimekit.v1 client is ``runtimekit.kube.agentclient``;
 publishing: ``devices`` (pure: the agent's node -> devices), ``resourceslices`` (their slices),
 ``publisher`` (keeps the pool current); preparing: ``claims`` (reading a ResourceClaim),
 ``sliceconfig`` (the opaque SliceConfig), ``plan`` (pure: a claim -> what to make),

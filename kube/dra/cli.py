@@ -15,11 +15,14 @@ import argparse
 import os
 import sys
 
-from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, configure_logging, fail, serve_until_signalled
-
-#: Where the node's name comes from without --node-name (a DaemonSet sets it from the downward
-#: API: ``valueFrom.fieldRef.fieldPath: spec.nodeName``); either one wins over the file's node_name.
-NODE_NAME_ENV = "NODE_NAME"
+from runtimekit.kube.cli_common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    NODE_NAME_ENV,
+    configure_logging,
+    fail,
+    serve_until_signalled,
+)
 
 
 def add_dra_parser(commands: argparse._SubParsersAction) -> None:

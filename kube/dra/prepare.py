@@ -40,7 +40,7 @@ from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
 from runtimekit.failpoints import failpoint
 from runtimekit.grpc_unix import UnixRpcError
 
-from .agent import AgentClient, AgentError
+from ..agentclient import AgentClient, AgentError
 from .cdi import NicDevice, device_id, remove_claim_spec, write_claim_spec
 from .checkpoint import COMPLETED, STARTED, Checkpoint, ClaimEntry, DeviceEntry
 from .claims import ClaimError, ClaimReader, ClaimReadError, ClaimRef, parse_claim

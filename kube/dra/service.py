@@ -33,7 +33,7 @@ from typing import Any
 from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
 from runtimekit.grpc_unix import UnixGrpcServer, UnixRpcError
 
-from .agent import AgentClient
+from ..agentclient import AgentClient
 from .checkpoint import Checkpoint, DirectoryLock
 from .claims import ClaimReader, ClaimReadError, KubernetesClaimReader
 from .config import DraConfig

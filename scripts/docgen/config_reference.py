@@ -40,6 +40,7 @@ RULES: dict[str, str] = {
     "runtimekit.kube.deviceplugin.config._mig_prefix": "with a profile appended (PREFIX1g.10gb), an extended resource name",
     "runtimekit.kube.deviceplugin.config._cdi_kind": "a CDI kind: vendor/class",
     "runtimekit.kube.deviceplugin.names.resource_name_problem": "an extended resource name: DOMAIN/NAME, outside kubernetes.io",
+    "runtimekit.kube.deviceplugin.names.node_name_problem": "a Node's name: a lower-case DNS subdomain of at most 253 characters",
     "runtimekit.kube.dra.config._absolute": "an absolute path",
     "runtimekit.kube.dra.config._node_name": "a Node's name: a lower-case DNS subdomain of at most 253 characters",
     "runtimekit.kube.dra.config._driver_name": "a lower-case DNS subdomain of at most 63 characters",
@@ -81,7 +82,8 @@ FILES = (
                "comments say where each number comes from (docs/health.md).", _threshold_defaults),
     ConfigFile("The device plugin", "`runtimekit device-plugin serve --config FILE`", device_plugin_config.SCHEMA,
                device_plugin_config.DevicePluginConfig,
-               "Flags override the file: `--agent-socket`, `--kubelet-socket`, `--log-level` (docs/deviceplugin.md)."),
+               "Flags override the file: `--agent-socket`, `--kubelet-socket`, `--node-name` (else `$NODE_NAME`), `--log-level` "
+               "(docs/deviceplugin.md)."),
     ConfigFile("The DRA driver", "`runtimekit dra serve --config FILE`", dra_config.SCHEMA, dra_config.DraConfig,
                "node_name comes from `--node-name`, else $NODE_NAME, else the file; `--agent-socket` and "
                "`--log-level` override the file too (docs/dra.md)."),

@@ -1,6 +1,7 @@
 """The cluster services, as kubectl renders the overlays that hold them, checked against the code:
 the remediation service (kube/remediation) and the gang placer (kube/gang) load their ConfigMap's
-file with their own schema, listen where their container ports and Services say, find their
+file with their own schema (and the gang placer's offers come from what the installation's node
+allocator writes), listen where their container ports and Services say, find their
 secrets where the Secrets are mounted and serve the paths their probes, Alertmanager and the
 admission webhook configuration ask for."""
 
@@ -16,6 +17,7 @@ import yaml
 from deploy_files import ROOT, config_map_file, container_argv, find, mount_of, parse_command_line, volume
 from rendered import container, holding, installations, pod_spec, render
 
+from runtimekit.kube.deviceplugin import config as device_plugin_config
 from runtimekit.kube.gang import config as gang_config
 from runtimekit.kube.gang import gangs, webhook
 from runtimekit.kube.remediation import config as remediation_config
@@ -168,3 +170,7 @@ def test_gang_reads_offers_from_the_node_allocator_installed_beside_it(name, tmp
         assert set(config.demand.gpu_device_classes) | set(config.demand.nic_device_classes) <= classes
     else:
         assert "runtimekit-device-plugin" in daemonsets and config.offers.source == "annotation"
+        plugin = find(documents, "DaemonSet", "runtimekit-device-plugin")
+        _, plugin_config = service_config(documents, plugin, container(plugin, "device-plugin"), tmp_path,
+                                          lambda path: device_plugin_config.load(path, {"node_name": "gpu-node-0"}))
+        assert plugin_config.offer_annotation.enabled, "the device plugin writes the annotation the placer reads"

@@ -2,7 +2,8 @@
 against the code: the device plugin's and the DRA driver's configuration files load with their
 own schema (kube/deviceplugin/config.py, kube/dra/config.py), and every socket and directory they
 use is mounted from the node's path the code expects -- the kubelet's, and the agent's API socket
-where the agent's DaemonSet puts it."""
+where the agent's DaemonSet puts it. The device plugin calls the Kubernetes API only for the offer
+annotation, and then may only get and patch nodes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from deploy_files import config_map_file, container_argv, find, host_path_of, pa
 from rendered import container, holding, installations, pod_spec, render
 
 from runtimekit import config as agent_config_module
+from runtimekit.kube.deviceplugin import cli as device_plugin_cli
 from runtimekit.kube.deviceplugin import config as device_plugin_config
 from runtimekit.kube.dra import cli as dra_cli
 from runtimekit.kube.dra import config as dra_config
@@ -46,7 +48,8 @@ def test_the_device_plugin_reaches_the_kubelet_and_the_agent(name, tmp_path):
     documents = render(INSTALLATIONS[name])
     workload = find(documents, "DaemonSet", "runtimekit-device-plugin")
     item = container(workload, "device-plugin")
-    args, config = loaded_config(documents, workload, item, tmp_path, device_plugin_config.load)
+    args, config = loaded_config(documents, workload, item, tmp_path, device_plugin_config.load,
+                                 {"node_name": "gpu-node-0"})  # $NODE_NAME where the annotation needs it
     assert (args.command, args.device_plugin_command) == ("device-plugin", "serve")
 
     assert on_node(workload, item, config.agent_socket)[0] == AGENT_SOCKET_ON_NODE
@@ -55,7 +58,34 @@ def test_the_device_plugin_reaches_the_kubelet_and_the_agent(name, tmp_path):
     socket_dir, writable = on_node(workload, item, config.socket_dir)
     assert socket_dir == str(Path(device_plugin_config.KUBELET_SOCKET).parent) and writable, (
         "the plugin's sockets are made in the kubelet's device-plugins directory")
-    assert "serviceAccountName" not in pod_spec(workload), "the device plugin never calls the Kubernetes API"
+
+
+@pytest.mark.parametrize("name", holding("device-plugin"))
+def test_the_device_plugin_may_only_get_and_patch_nodes_for_the_offer_annotation(name, tmp_path):
+    """With offer_annotation.enabled (overlays/device-plugin: the gang placer reads the annotation)
+    the plugin reads the kubelet's pod-resources socket where it is, knows its node from the
+    downward API, and its service account may get and patch nodes, nothing else; without it, the
+    plugin has no service account token at all."""
+    documents = render(INSTALLATIONS[name])
+    workload = find(documents, "DaemonSet", "runtimekit-device-plugin")
+    item = container(workload, "device-plugin")
+    _, config = loaded_config(documents, workload, item, tmp_path, device_plugin_config.load, {"node_name": "gpu-node-0"})
+    spec = pod_spec(workload)
+    if not config.offer_annotation.enabled:
+        assert "serviceAccountName" not in spec and spec.get("automountServiceAccountToken") is False, (
+            "without the offer annotation the device plugin never calls the Kubernetes API")
+        return
+    env = {e["name"]: e for e in item.get("env", [])}
+    assert env[device_plugin_cli.NODE_NAME_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert config.kubernetes.kubeconfig is None, "in-cluster: the pod's service account"
+    socket, writable = on_node(workload, item, config.offer_annotation.pod_resources_socket)
+    assert socket == device_plugin_config.POD_RESOURCES_SOCKET and not writable
+    account = spec["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": workload["metadata"]["namespace"]}
+    roles = [d["roleRef"] for d in documents if d["kind"] in ("ClusterRoleBinding", "RoleBinding") and subject in d["subjects"]]
+    assert roles == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account}]
+    assert find(documents, "ClusterRole", account)["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
 
 
 # ---- the DRA driver ----------------------------------------------------------------------------

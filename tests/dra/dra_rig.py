@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit._proto.runtimekit.v1 import slice_pb2
-from runtimekit.kube.dra.agent import AgentClient
+from runtimekit.kube.agentclient import AgentClient
 from runtimekit.kube.dra.checkpoint import Checkpoint
 from runtimekit.kube.dra.config import DraConfig, load
 from runtimekit.kube.dra.names import parse_owner_id

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from runtimekit._proto.runtimekit.v1 import service_pb2, slice_pb2
-from runtimekit.kube.dra.agent import AgentClient
+from runtimekit.kube.agentclient import AgentClient
 from runtimekit.kube.dra.checkpoint import COMPLETED, Checkpoint, ClaimEntry
 from runtimekit.kube.dra.names import owner_id
 from tests.dra.dra_claims import DRIVER, NODE, Alloc, ClaimStore, Config, resource_claim, slice_config

@@ -33,7 +33,7 @@ import yaml
 
 from runtimekit._proto.runtimekit.v1 import node_pb2
 from runtimekit.client import inject_remote, reboot_remote
-from runtimekit.kube.dra.agent import AgentClient
+from runtimekit.kube.agentclient import AgentClient
 from runtimekit.kube.dra.config import load
 from runtimekit.kube.dra.service import DraService
 from runtimekit.kube.kubeclient import api_client

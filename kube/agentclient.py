@@ -1,17 +1,19 @@
-"""The DRA driver's only way to the node agent: runtimekit.v1 over the agent's unix socket.
+"""The container layer's only way to the node agent: runtimekit.v1 over the agent's unix socket.
 
-Unary calls go through ``runtimekit.grpc_unix.UnixRpcClient``: a deadline on every call
-(``agent_timeout_seconds``) and one error mapping, ``AgentUnavailable`` when nothing answered (no
-socket, UNAVAILABLE, the deadline) and ``AgentError`` when the agent answered with another status
-(its ``code``: INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, NOT_FOUND; its message
-names the field and the rule, proto/runtimekit/v1/service.proto). ``watch_slices`` keeps a channel
-of its own for as long as the stream lives. docs/api.md describes the calls.
+The device plugin and the DRA driver use this one client. Unary calls go through
+``runtimekit.grpc_unix.UnixRpcClient``: a deadline on every call (their ``agent_timeout_seconds``)
+and one error mapping, ``AgentUnavailable`` when nothing answered (no socket, UNAVAILABLE, the
+deadline) and ``AgentError`` when the agent answered with another status (its ``code``:
+INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, NOT_FOUND; its message names the field
+and the rule, proto/runtimekit/v1/service.proto). Each stream (WatchHealth, WatchSlices) has a
+channel of its own that lives as long as the stream. docs/api.md describes the calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
@@ -19,7 +21,7 @@ import grpc.aio
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, service_pb2_grpc, slice_pb2
 from runtimekit.grpc_unix import UnixRpcClient, UnixRpcError, UnixRpcUnavailable, unix_channel
 
-__all__ = ["AgentClient", "AgentError", "AgentUnavailable"]
+__all__ = ["AgentClient", "AgentError", "AgentUnavailable", "Choice", "Nic"]
 
 
 class AgentError(UnixRpcError):
@@ -28,6 +30,22 @@ class AgentError(UnixRpcError):
 
 class AgentUnavailable(UnixRpcUnavailable):
     """Nothing answered on the agent's socket (missing, refused, or no answer before the deadline)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """An RDMA NIC the agent paired with a chosen GPU."""
+
+    name: str  # the RDMA device's name ("mlx5_0")
+    device_nodes: tuple[str, ...]  # its character devices ("/dev/infiniband/uverbs0")
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The agent's answer to AllocateDevices: the chosen devices' UUIDs and their NICs."""
+
+    devices: tuple[str, ...]
+    nics: tuple[Nic, ...]
 
 
 class _AgentStub(Protocol):
@@ -46,6 +64,10 @@ class _AgentStub(Protocol):
 
     def DeleteSlice(self, request: service_pb2.DeleteSliceRequest, *, timeout: float
                     ) -> Awaitable[service_pb2.DeleteSliceResponse]: ...
+
+    def AllocateDevices(
+        self, request: service_pb2.AllocateDevicesRequest, *, timeout: float
+    ) -> Awaitable[service_pb2.AllocateDevicesResponse]: ...
 
 
 class AgentClient(UnixRpcClient[_AgentStub]):
@@ -98,19 +120,46 @@ class AgentClient(UnixRpcClient[_AgentStub]):
         removed: slice_pb2.Slice = response.slice
         return removed
 
+    async def allocate(self, count: int, candidates: Sequence[str], required: Sequence[str], with_nics: bool) -> Choice:
+        """The agent's best ``count`` devices among ``candidates`` (UUIDs), ``required`` included,
+        each with its nearest RDMA NIC when ``with_nics`` (AllocateDevices: the topology allocator)."""
+        request = service_pb2.AllocateDevicesRequest(
+            count=count, candidate_device_uuids=list(candidates), required_device_uuids=list(required),
+            with_nics=with_nics,
+        )
+        response: service_pb2.AllocateDevicesResponse = await self._call(
+            "AllocateDevices", lambda stub, timeout: stub.AllocateDevices(request, timeout=timeout)
+        )
+        return Choice(
+            devices=tuple(chosen.device.uuid for chosen in response.devices),
+            nics=tuple(Nic(chosen.nic.name, tuple(chosen.nic.device_nodes)) for chosen in response.devices
+                       if chosen.HasField("nic")),
+        )
+
+    async def watch_health(self) -> AsyncIterator[node_pb2.NodeHealth]:
+        """The node's health now, then after each new verdict (WatchHealth), until the stream
+        breaks: then ``AgentUnavailable`` or ``AgentError``, as the unary calls raise."""
+        async for response in self._stream("WatchHealth", lambda stub: stub.WatchHealth(service_pb2.WatchHealthRequest())):
+            yield response.health
+
     async def watch_slices(self) -> AsyncIterator[list[slice_pb2.Slice]]:
         """Every slice now, then after each change (WatchSlices), until the stream breaks: then
         ``AgentUnavailable`` or ``AgentError``, as the unary calls raise."""
+        async for response in self._stream("WatchSlices", lambda stub: stub.WatchSlices(service_pb2.WatchSlicesRequest())):
+            yield list(response.slices)
+
+    async def _stream(self, name: str, start: Callable[[Any], AsyncIterator[Any]]) -> AsyncIterator[Any]:
+        """The responses of server stream ``name`` on a channel of its own; its end or failure as
+        ``AgentUnavailable`` (the agent stopped, UNAVAILABLE, CANCELLED) or ``AgentError``."""
         self._check_socket()
         channel = unix_channel(self.socket_path)
         try:
-            stream = service_pb2_grpc.AgentServiceStub(channel).WatchSlices(service_pb2.WatchSlicesRequest())
-            async for response in stream:
-                yield list(response.slices)
-            raise AgentUnavailable(self.source, self.socket_path, "WatchSlices ended (the agent stopped)")
+            async for response in start(service_pb2_grpc.AgentServiceStub(channel)):
+                yield response
+            raise AgentUnavailable(self.source, self.socket_path, f"{name} ended (the agent stopped)")
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
-            reason = f"WatchSlices failed: {code.name}: {exc.details()}"
+            reason = f"{name} failed: {code.name}: {exc.details()}"
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 raise AgentUnavailable(self.source, self.socket_path, reason, code.name) from None
             raise AgentError(self.source, self.socket_path, reason, code.name) from None
