@@ -4,23 +4,35 @@ GPU processes — read from the agent's ``GET /api/v1/node`` (the document the s
 draws, ``runtimekit.statuspage.node_json``). ``--watch`` draws it again every ``--interval``
 seconds until Ctrl-C (or ``--iterations`` frames); ``-o json`` prints the document itself.
 
+A secured agent (docs/security.md) is read over HTTPS with ``--ca-file`` (the CA that signed the
+agent's certificate) and ``--client-cert``/``--client-key`` (mutual TLS); its basic auth user and
+password come from the environment, ``RUNTIMEKIT_USERNAME`` and ``RUNTIMEKIT_PASSWORD`` (never a
+flag: a command line is visible to every user of the machine).
+
+Every string from the agent (process, container and pod names, fault evidence: text a tenant can
+choose) is shown with its non-printable characters escaped (``\\x1b`` for ESC), so that no escape
+sequence in it reaches the terminal.
+
 Units: memory in GiB (2**30 bytes), utilization in percent, temperature in °C, power in W.
 Colours only on a terminal (and never with ``NO_COLOR`` set). Exit codes, as ``runtimekit.cli``'s:
 0 done; 1 the agent unreachable or its answer unreadable (one line that says so; under ``--watch``,
-the last frame's fetch failed); 2 bad usage.
+the last frame's fetch failed); 2 bad usage (a TLS file that cannot be used, half of the credentials).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import os
+import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from runtimekit import config as config_module
@@ -28,6 +40,8 @@ from runtimekit import config as config_module
 __all__ = ["add_status_parser", "fetch_node", "render"]
 
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
+USERNAME_VARIABLE, PASSWORD_VARIABLE = "RUNTIMEKIT_USERNAME", "RUNTIMEKIT_PASSWORD"
 NODE_PATH = "/api/v1/node"
 GiB = 1 << 30
 BAR_WIDTH = 10
@@ -37,6 +51,39 @@ CLEAR = "\x1b[H\x1b[2J"
 
 class StatusError(Exception):
     """The agent could not be read: the message says where and why, in one line."""
+
+
+class UsageError(Exception):
+    """The command cannot run as asked: the message names the flag or variable and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How to reach the agent: the TLS context for https (None: Python's default, the system's
+    roots) and the ``Authorization`` header (None: none)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    authorization: str | None = None
+
+
+def printable(text: str) -> str:
+    """``text`` with each non-printable character (controls, ESC, format characters) escaped as
+    ``\\xNN`` or ``\\uNNNN``: what the agent says cannot drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else
+                   (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}") for char in text)
+
+
+def _printable_document(value: Any) -> Any:
+    """``value`` (a JSON document) with every string, keys too, made ``printable``."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(key)): _printable_document(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_printable_document(item) for item in value]
+    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -75,22 +122,67 @@ def add_status_parser(commands: argparse._SubParsersAction) -> None:
                         help="give up on one fetch after this long (default 5)")
     status.add_argument("-o", "--output", choices=("table", "json"), default="table",
                         help="output format (default table; json: the agent's /api/v1/node document)")
+    tls = status.add_argument_group("a secured agent (basic auth: the environment variables "
+                                    f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE})")
+    tls.add_argument("--ca-file", metavar="PEM", help="verify the agent's certificate with this CA "
+                     "(HOST:PORT is then read as https://HOST:PORT)")
+    tls.add_argument("--client-cert", metavar="PEM", help="present this client certificate (mutual TLS)")
+    tls.add_argument("--client-key", metavar="PEM", help="its private key (default: in --client-cert)")
     status.set_defaults(handler=_run_status)
 
 
-def node_url(address: str) -> str:
-    """The document's URL from ``--address``: a URL, or HOST:PORT taken as http."""
-    base = address if "://" in address else f"http://{address}"
+def node_url(address: str, scheme: str = "http") -> str:
+    """The document's URL from ``--address``: a URL, or HOST:PORT taken as ``scheme``."""
+    base = address if "://" in address else f"{scheme}://{address}"
     return base.rstrip("/") + NODE_PATH
 
 
-def fetch_node(url: str, timeout: float) -> dict[str, Any]:
+def access_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Access:
+    """The TLS context and credentials that the flags and ``environ`` ask for; ``UsageError``
+    naming the flag or variable when they cannot be used."""
+    context = None
+    if args.client_key and not args.client_cert:
+        raise UsageError("--client-key: needs --client-cert")
+    if args.ca_file or args.client_cert:
+        try:
+            context = ssl.create_default_context(cafile=args.ca_file)
+        except (OSError, ssl.SSLError) as error:
+            raise UsageError(f"--ca-file: cannot use {args.ca_file}: {_reason(error)}") from None
+        if args.client_cert:
+            try:
+                context.load_cert_chain(args.client_cert, args.client_key)
+            except (OSError, ssl.SSLError) as error:
+                raise UsageError(f"--client-cert: cannot use {args.client_cert}"
+                                 f"{' with ' + args.client_key if args.client_key else ''}: {_reason(error)}") from None
+    user, password = environ.get(USERNAME_VARIABLE), environ.get(PASSWORD_VARIABLE)
+    if (user is None) != (password is None):
+        raise UsageError(f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE}: set both or neither")
+    authorization = None
+    if user is not None and password is not None:
+        if ":" in user:
+            raise UsageError(f"{USERNAME_VARIABLE}: a basic auth user name cannot hold ':'")
+        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return Access(context, authorization)
+
+
+def _reason(error: OSError | ssl.SSLError) -> str:
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return str(error.reason)
+    return error.strerror or str(error)
+
+
+def fetch_node(url: str, timeout: float, access: Access = Access()) -> dict[str, Any]:
     """The agent's node document; ``StatusError`` naming the URL and the cause otherwise."""
+    request = urllib.request.Request(url, headers={"Authorization": access.authorization} if access.authorization else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=access.ssl_context) as response:
             body = response.read()
     except urllib.error.HTTPError as error:
-        raise StatusError(f"the agent at {url} answered HTTP {error.code} {error.reason}") from None
+        hint = ""
+        if error.code == 401:
+            hint = (f" (set {USERNAME_VARIABLE} and {PASSWORD_VARIABLE})" if access.authorization is None
+                    else f" (check {USERNAME_VARIABLE} and {PASSWORD_VARIABLE})")
+        raise StatusError(f"the agent at {url} answered HTTP {error.code} {error.reason}{hint}") from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise StatusError(f"cannot reach the agent at {url}: {reason}") from None
@@ -200,7 +292,8 @@ def _process_lines(document: dict[str, Any], top: int, paint: _Painter) -> list[
 
 
 def render(document: dict[str, Any], *, top: int = 5, colour: bool = False) -> str:
-    """The frame ``runtimekit status`` prints for a node document."""
+    """The frame ``runtimekit status`` prints for a node document (its strings made ``printable``)."""
+    document = _printable_document(document)
     paint = _Painter(colour)
     agent, sample, health = document.get("agent") or {}, document.get("sample"), document.get("health")
     node_health = health["state"] if health else "unknown"
@@ -223,8 +316,9 @@ def render(document: dict[str, Any], *, top: int = 5, colour: bool = False) -> s
 
 def _read(url: str, args: argparse.Namespace, colour: bool) -> str:
     """Fetch the document and show it as ``-o`` asks: the frame, or the JSON (one line per frame
-    under ``--watch``); ``StatusError`` when it cannot be read or drawn."""
-    document = fetch_node(url, args.timeout)
+    under ``--watch``; ``json.dumps`` escapes every control character); ``StatusError`` when it
+    cannot be read or drawn."""
+    document = fetch_node(url, args.timeout, args.access)
     if args.output == "json":
         return json.dumps(document, sort_keys=True) + "\n" if args.watch else json.dumps(document, indent=2, sort_keys=True) + "\n"
     try:
@@ -239,7 +333,7 @@ def _frame(args: argparse.Namespace, url: str, out: TextIO, colour: bool) -> boo
     try:
         text = _read(url, args, colour)
     except StatusError as error:
-        print(f"runtimekit: error: {error}; trying again in {args.interval:g} s", file=sys.stderr)
+        print(f"runtimekit: error: {printable(str(error))}; trying again in {args.interval:g} s", file=sys.stderr)
         return False
     if args.output != "json":
         text = (CLEAR if out.isatty() else "") + f"every {args.interval:g} s, at {time.strftime('%H:%M:%S')} (Ctrl-C to stop)\n{text}\n"
@@ -249,14 +343,19 @@ def _frame(args: argparse.Namespace, url: str, out: TextIO, colour: bool) -> boo
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    url = node_url(args.address)
+    try:
+        args.access = access_from(args, os.environ)
+    except UsageError as error:
+        print(f"runtimekit status: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    url = node_url(args.address, "https" if args.access.ssl_context is not None else "http")
     out = sys.stdout
     colour = out.isatty() and not os.environ.get("NO_COLOR")
     if not args.watch:
         try:
             out.write(_read(url, args, colour))
         except StatusError as error:
-            print(f"runtimekit: error: {error}", file=sys.stderr)
+            print(f"runtimekit: error: {printable(str(error))}", file=sys.stderr)
             return EXIT_FAILURE
         return 0
     frames, ok = 0, True

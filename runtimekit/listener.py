@@ -25,7 +25,8 @@ keeps looping after EMFILE and stacks its retries). So the accept loop and the d
   gets the TLS context of the file as it is now, and must finish its handshake within
   ``header_timeout`` (a handshake still under way is evicted at the cap before a connection waiting
   for its headers); each request passes the ``Guard``'s middleware (credentials, client SANs, rate
-  limit, a declared body over the application's ``client_max_size``: 413).
+  limit, a declared body over the application's ``client_max_size``: 413). A listener that asks
+  for passwords or a token without TLS starts with a warning: they would cross the network in clear.
 """
 
 from __future__ import annotations
@@ -323,6 +324,9 @@ async def listening(
         assert runner.server is not None  # set by setup()
         listener = Listener(runner.server, policy, options, guard)
         await listener.start(host, port)
+        if guard.credentials_over_plain_http():
+            log.warning("credentials over plain HTTP on %s: set tls_server_config in the web configuration file",
+                        listener.address)
         yield listener
     finally:
         if listener is not None:

@@ -13,7 +13,7 @@ https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuratio
 (``listener.web_config_file``), ``runtimekit.api.server`` to the gRPC TCP port.
 """
 
-from .guard import GUARD, OPEN_PATHS, ConnectionRefused, Guard, aiohttp_security
+from .guard import GUARD, OPEN_PATHS, ConnectionRefused, Guard
 from .model import WebConfig, WebConfigError, read_web_config
 from .source import Loaded, WebConfigSource, load_web_config
 
@@ -26,7 +26,6 @@ __all__ = [
     "WebConfig",
     "WebConfigError",
     "WebConfigSource",
-    "aiohttp_security",
     "load_web_config",
     "read_web_config",
 ]

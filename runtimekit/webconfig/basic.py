@@ -4,8 +4,9 @@
   at a time runs in a worker thread (a flood of guesses costs one core, not all of them), and each
   (user, hash, password) outcome is remembered (``CACHE_SIZE`` entries, keyed by a SHA-256 of the
   three, never the password itself), so a scraper's every request after the first costs a lookup.
-- An unknown user is checked against a hash of the same cost as the configured ones, so the time of
-  a refusal does not tell whether the user exists.
+- An unknown user is checked against a hash of the highest cost among the configured ones, so the
+  time of a refusal does not tell whether the user exists (a user with a cheaper hash answers
+  faster, which tells of that user's hash, not of who exists).
 - A password longer than bcrypt's 72 bytes is refused (Go's bcrypt refuses it too), as is any header
   that is not ``Basic base64(user:password)`` with a UTF-8 user name: a 401, never an error.
 """
@@ -16,7 +17,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import bcrypt
 
@@ -45,7 +46,7 @@ class BasicAuthChecker:
 
     def __init__(self) -> None:
         self._outcomes: dict[bytes, bool] = {}
-        self._decoys: dict[bytes, bytes] = {}  # the cost prefix ($2b$10$) -> a hash of that cost
+        self._decoys: dict[int, bytes] = {}  # cost -> a hash of that cost
         self._lock = asyncio.Lock()
 
     async def check(self, header: str | None, users: Mapping[str, bytes]) -> bool:
@@ -61,7 +62,7 @@ class BasicAuthChecker:
             return known
         async with self._lock:
             if hashed is None:
-                decoy = await asyncio.to_thread(self._decoy, next(iter(users.values())))
+                decoy = await asyncio.to_thread(self._decoy, highest_cost(users.values()))
                 await asyncio.to_thread(_matches, password, decoy)
                 outcome = False
             else:
@@ -72,12 +73,21 @@ class BasicAuthChecker:
         self._outcomes[key] = outcome
         return outcome
 
-    def _decoy(self, like: bytes) -> bytes:
-        """A hash of the same cost as ``like`` (made once per cost, in the worker thread)."""
-        prefix = like[:7]  # "$2y$10$"
-        if prefix not in self._decoys:
-            self._decoys[prefix] = bcrypt.hashpw(_DECOY_PASSWORD, bcrypt.gensalt(rounds=int(prefix[4:6])))
-        return self._decoys[prefix]
+    def _decoy(self, cost: int) -> bytes:
+        """A hash of ``cost`` (made once per cost, in the worker thread)."""
+        if cost not in self._decoys:
+            self._decoys[cost] = bcrypt.hashpw(_DECOY_PASSWORD, bcrypt.gensalt(rounds=cost))
+        return self._decoys[cost]
+
+
+def bcrypt_cost(hashed: bytes) -> int:
+    """The cost of a bcrypt hash: the two digits of ``$2y$10$...`` (validated by ``model.py``)."""
+    return int(hashed[4:6])
+
+
+def highest_cost(hashes: Iterable[bytes]) -> int:
+    """The highest cost among ``hashes`` (not empty)."""
+    return max(bcrypt_cost(hashed) for hashed in hashes)
 
 
 def _matches(password: bytes, hashed: bytes) -> bool:

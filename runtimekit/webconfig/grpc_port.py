@@ -8,7 +8,10 @@ interceptor for basic credentials and allowed client SANs.
   only, so ``client_auth_type`` must be ``NoClientCert`` or ``RequireAndVerifyClientCert``; it has no
   setting for TLS versions, cipher suites or curves, so those must stay at their defaults (TLS 1.2
   to 1.3, grpc's suites): anything else is refused by name rather than silently not applied.
-  A change of ``client_auth_type`` needs a restart (logged), as grpcio fixes it at start.
+  A stricter ``client_auth_type`` needs a restart (logged), as grpcio fixes it at start; until then
+  the interceptor refuses calls whose connection presented no client certificate (UNAUTHENTICATED).
+  A reading that lowers the protection (TLS, users, the client policy or the allowed SANs removed
+  or weakened; ``protection.py``) is unusable: every call is refused (UNAVAILABLE) until it is back.
 - **Credentials** (``WebConfigInterceptor``): on TCP, every call but the health service's (the
   gRPC twin of ``/healthz``) carries ``authorization: Basic base64(user:password)`` metadata when
   ``basic_auth_users`` is set (else UNAUTHENTICATED), and a client certificate naming one of
@@ -142,6 +145,9 @@ class WebConfigInterceptor(grpc.aio.ServerInterceptor):
         config = loaded.config
         assert config is not None
         tls = config.tls
+        if tls is not None and tls.requires_client_certificate and context.peer_identities() is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required (the port applies "
+                                "the changed client_auth_type at its next start)")
         if tls is not None and tls.client_allowed_sans is not None:
             names = [value.decode(errors="replace")
                      for value in context.auth_context().get("x509_subject_alternative_name", [])]

@@ -5,8 +5,7 @@ One ``Guard`` per listener. ``runtimekit.listener`` asks it for the TLS context 
 connection (``tls_for_connection``) and puts its ``middleware`` in front of the application's
 routes; a service that needs more than the file (the remediation service's bearer token, a
 required login) builds its own ``Guard`` and stores it under ``GUARD`` in its application, and the
-listener then uses that one. An aiohttp server that does not use the listener gets the same from
-``aiohttp_security``. Per request, in this order:
+listener then uses that one. Per request, in this order:
 
 1. an unusable web configuration file: 500 (fails closed: exporter-toolkit does the same);
 2. the configured response headers (``http_server_config.headers``) on every answer below (a
@@ -118,6 +117,14 @@ class Guard:
             parts.append("basic auth" if not self._token else "bearer token" if not users else "basic auth or token")
         return ", ".join(parts) or "plain HTTP, no auth"
 
+    def credentials_over_plain_http(self) -> bool:
+        """Are passwords or a token asked for on a listener without TLS (they would cross the
+        network in the clear: the listener warns at start, as exporter-toolkit says "TLS is disabled")?"""
+        loaded = self.loaded()
+        config = loaded.config if loaded else None
+        has_credentials = bool(self._users or self._token or (config is not None and config.users))
+        return has_credentials and (config is None or config.tls is None)
+
     def _middleware(self) -> Any:
         @web.middleware
         async def web_config_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -196,32 +203,3 @@ def _add_headers(response: web.StreamResponse, headers: dict[str, str]) -> None:
 #: uses it instead of building one from ``listener.web_config_file``.
 GUARD = web.AppKey("web_guard", Guard)
 
-
-def aiohttp_security(path: str | None, key: str = "web_config_file", **options: Any) -> tuple[ssl.SSLContext | None, Any]:
-    """(ssl_context, middleware) of the web configuration file at ``path`` for an aiohttp server
-    that does not use ``runtimekit.listener`` (``web.TCPSite(..., ssl_context=...)``,
-    ``web.Application(middlewares=[...])``); ``options`` as ``Guard`` takes them. The context
-    follows the file: each handshake switches to the current certificate, key and client CA
-    (changing ``client_auth_type`` or the TLS versions needs a restart on this path; the listener
-    applies every change to the next connection). ``WebConfigError`` when the file is unusable now."""
-    from .source import load_web_config
-
-    if path is None:
-        return None, Guard(None, **options).middleware
-    load_web_config(path, key)  # refuse to start with an unusable file
-    guard = Guard.from_file(path, key, **options)
-    first = guard.tls_for_connection()
-    if first is None:
-        return None, guard.middleware
-
-    def follow(ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> int | None:
-        try:
-            current = guard.tls_for_connection()
-        except ConnectionRefused:
-            return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
-        if current is not None and current is not ssl_object.context:
-            ssl_object.context = current
-        return None
-
-    first.sni_callback = follow
-    return first, guard.middleware

@@ -6,6 +6,9 @@ its ``web/tls_config.go``, ``web/handler.go``): ``tls_server_config``, ``http_se
 docs/security.md lists it:
 
 - A key we do not know is an error naming it (exporter-toolkit reads with ``UnmarshalStrict`` too).
+- An empty file (nothing but blanks or comments) is an error, where exporter-toolkit reads it as
+  "no TLS, no users": it is what a config tool leaves between truncating a file and writing it
+  again. A file that means to set nothing says ``{}``.
 - Relative ``cert_file``, ``key_file`` and ``client_ca_file`` are resolved against the folder of
   the web configuration file, as exporter-toolkit's ``SetDirectory`` does.
 - ``client_auth_type`` ``RequestClientCert`` and ``RequireAnyClientCert`` (ask for a certificate
@@ -31,7 +34,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from runtimekit.schema import ConfigError, Key, check_shape, read_mapping
+from runtimekit.documents import DocumentError, load_yaml_file
+from runtimekit.schema import ConfigError, Key, check_shape
 
 #: client_auth_type values we honour (Go's crypto/tls names), each with what it asks of a client.
 CLIENT_AUTH_TYPES = {
@@ -136,9 +140,15 @@ def read_web_config(path: str, key: str = "web_config_file") -> WebConfig:
     when it cannot be read or breaks a rule. Certificates are not loaded here (``tls.py``)."""
     where = f"{key}: {path}"
     try:
-        data = read_mapping(path, what=key)
-    except ConfigError as error:
-        raise WebConfigError(str(error)) from None
+        data = load_yaml_file(path, what=str(path))
+    except OSError as error:
+        raise WebConfigError(f"{key}: cannot read {path}: {error.strerror or error}") from None
+    except DocumentError as error:
+        raise WebConfigError(f"{key}: {error}") from None
+    if data is None:
+        raise WebConfigError(f"{where}: the file is empty (write {{}} for a file that sets nothing)")
+    if not isinstance(data, dict):
+        raise WebConfigError(f"{where} must hold a mapping at the top level")
     try:
         return parse_web_config(data, path)
     except ConfigError as error:

@@ -10,6 +10,9 @@ or a new client CA applies to the next request or connection, without a restart.
 A file that turns invalid fails closed, as exporter-toolkit does: while it is broken, requests are
 answered 500 and connections are refused, and the problem is logged once (and its end once); the
 last good configuration is never used in its place (it could be the one a person meant to revoke).
+An empty file is unusable (``model.py``), and so is a reading that lowers the protection the
+listener serves with (``protection.py``: TLS, users, the client certificate policy or the allowed
+SANs removed or weakened): a reload may raise it, only a restart lowers it.
 Thread-safe: gRPC reads it from its own threads (``runtimekit.webconfig.grpc_port``).
 """
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from runtimekit.schema import ConfigError
 
 from .model import WebConfig, WebConfigError, read_web_config
+from .protection import Protection
 from .tls import server_context
 
 log = logging.getLogger("runtimekit.webconfig")
@@ -64,6 +68,7 @@ class WebConfigSource:
         self._watched: tuple[str, ...] = (self.path,)
         self._signature: Signature | None = None
         self._loaded = Loaded(None, None, None, 0)
+        self._floor: Protection | None = None  # the protection served so far (None: nothing read yet)
         self.current()
 
     def current(self) -> Loaded:
@@ -80,6 +85,7 @@ class WebConfigSource:
         before = self._loaded
         try:
             config, context = load_web_config(self.path, self.key)
+            self._check_floor(config)
         except ConfigError as error:
             self._loaded = Loaded(None, None, str(error), before.generation + 1)
             # the files of the last good reading stay watched: fixing a certificate is a change too
@@ -87,6 +93,8 @@ class WebConfigSource:
             if before.error != str(error):
                 log.error("%s; refusing connections and requests until it is fixed", error)
             return
+        protection = Protection.of(config)
+        self._floor = protection if self._floor is None else self._floor.raised_to(protection)
         self._loaded = Loaded(config, context, None, before.generation + 1)
         if config.files != self._watched:
             self._watched, signature = config.files, _signature(config.files)
@@ -94,6 +102,15 @@ class WebConfigSource:
         if before.generation:  # not the first reading
             log.info("%s: %s %s", self.key, self.path,
                      "is usable again: serving" if before.error else "changed: reloaded")
+
+    def _check_floor(self, config: WebConfig) -> None:
+        """``WebConfigError`` when ``config`` would serve with less protection than served so far."""
+        if self._floor is None:
+            return
+        lowered = self._floor.lowered_by(Protection.of(config))
+        if lowered is not None:
+            raise WebConfigError(f"{self.key}: {self.path}: {lowered}; a reload may not lower the protection "
+                                 "(restart the service to serve with less)")
 
 
 def _signature(files: tuple[str, ...]) -> Signature:

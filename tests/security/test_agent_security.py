@@ -1,7 +1,8 @@
 """The agent as it runs (``runtimekit serve --sim``) with a web configuration file asking for client
 certificates and a password: /metrics over TLS with a client certificate, everything else refused;
 the gRPC TCP port under the same file; the simulator's control routes loopback-only and behind the
-same credentials."""
+same credentials; ``runtimekit status`` reading it with the CA, a client certificate and the
+password from the environment."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ import pytest
 import yaml
 
 from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
+from runtimekit.cli import main
 from tests.agent_process import ROOT, free_port
-from tests.security.pki import USER, basic, client_context, user_hash, write_web_config
+from tests.security.pki import PASSWORD, USER, basic, client_context, user_hash, write_web_config
 
 
 class TlsAgent:
@@ -110,3 +112,39 @@ def test_the_grpc_port_takes_the_same_certificates_and_password(pki, agent):
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         node = stub.GetNode(service_pb2.GetNodeRequest(), metadata=(("authorization", basic()),), timeout=10).node
         assert len(node.devices) == 8
+
+
+def _status(pki: Path, agent: TlsAgent, *flags: str) -> list[str]:
+    address = agent.url.removeprefix("https://")  # HOST:PORT: read as https with --ca-file
+    return ["status", "--address", address, "--ca-file", str(pki / "ca.pem"), "--client-cert", str(pki / "client.pem"),
+            "--client-key", str(pki / "client.key"), *flags]
+
+
+def test_status_reads_the_agent_with_its_ca_a_client_certificate_and_the_password(pki, agent, monkeypatch, capsys):
+    monkeypatch.setenv("RUNTIMEKIT_USERNAME", USER)
+    monkeypatch.setenv("RUNTIMEKIT_PASSWORD", PASSWORD)
+    assert main(_status(pki, agent)) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "simulated node dgx-h100" in out and "8 GPUs" in out
+
+
+def test_status_without_the_password_says_how_to_give_it(pki, agent, monkeypatch, capsys):
+    monkeypatch.delenv("RUNTIMEKIT_USERNAME", raising=False)
+    monkeypatch.delenv("RUNTIMEKIT_PASSWORD", raising=False)
+    assert main(_status(pki, agent)) == 1
+    assert "answered HTTP 401 Unauthorized (set RUNTIMEKIT_USERNAME and RUNTIMEKIT_PASSWORD)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, variables, message", [
+    ((), {"RUNTIMEKIT_USERNAME": USER}, "RUNTIMEKIT_USERNAME and RUNTIMEKIT_PASSWORD: set both or neither"),
+    (("--ca-file", "/nonexistent/ca.pem"), {}, "--ca-file: cannot use /nonexistent/ca.pem"),
+    (("--client-cert", "ca.key"), {}, "--client-cert: cannot use"),
+], ids=["half-the-credentials", "missing-ca", "key-of-another-certificate"])
+def test_status_names_an_unusable_flag_or_variable_and_exits_2(pki, agent, monkeypatch, capsys, flags, variables, message):
+    monkeypatch.delenv("RUNTIMEKIT_PASSWORD", raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    flags = tuple(str(pki / flag) if flag.endswith(".key") else flag for flag in flags)
+    assert main([*_status(pki, agent), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1

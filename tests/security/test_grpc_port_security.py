@@ -146,3 +146,38 @@ async def test_a_new_password_and_a_new_client_ca_apply_without_a_restart(pki, s
         assert await get_node(served, credentials(pki), basic(password="second")) == grpc.StatusCode.UNAVAILABLE
     finally:
         await served.stop()
+
+
+@pytest.mark.parametrize("lowering", ["emptied", "users-removed", "allowed-sans-removed", "client-certificates-off"])
+async def test_a_reload_that_lowers_the_protection_fails_closed_until_restored(pki, short_dir, lowering):
+    web_config = short_dir / "web.yml"
+    full = {"mtls": True, "users": {USER: user_hash()}, "client_allowed_sans": ["scraper.example"]}
+    served = await start(short_dir, write_web_config(web_config, pki, **full))
+    try:
+        assert await get_node(served, credentials(pki), basic()) == grpc.StatusCode.OK
+        if lowering == "emptied":
+            web_config.write_text("")
+        else:
+            lowered = dict(full)
+            del lowered[{"users-removed": "users", "allowed-sans-removed": "client_allowed_sans",
+                         "client-certificates-off": "mtls"}[lowering]]
+            if lowering == "client-certificates-off":
+                del lowered["client_allowed_sans"]  # it needs client certificates
+            write_web_config(web_config, pki, **lowered)
+        assert await get_node(served, credentials(pki), basic()) == grpc.StatusCode.UNAVAILABLE
+        assert await get_node(served, credentials(pki, "other"), None) == grpc.StatusCode.UNAVAILABLE
+        write_web_config(web_config, pki, **full)
+        assert await get_node(served, credentials(pki), basic()) == grpc.StatusCode.OK
+    finally:
+        await served.stop()
+
+
+async def test_client_certificates_required_by_a_reload_refuse_calls_without_one_until_a_restart(pki, short_dir):
+    web_config = write_web_config(short_dir / "web.yml", pki, users={USER: user_hash()})
+    served = await start(short_dir, web_config)
+    try:
+        assert await get_node(served, credentials(pki, None), basic()) == grpc.StatusCode.OK
+        write_web_config(web_config, pki, mtls=True, users={USER: user_hash()})
+        assert await get_node(served, credentials(pki, None), basic()) == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await served.stop()

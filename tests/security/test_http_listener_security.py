@@ -1,6 +1,7 @@
 """The HTTP listener (runtimekit.listener) under a web configuration file, over real sockets and
 real TLS: credentials, client certificates, allowed SANs, the body limit, slow TLS clients, and
-changes of the file applied without a restart. The agent and the remediation service both serve
+changes of the file applied without a restart, and a reload that would lower the protection
+refused (fail closed). The agent and the remediation service both serve
 through it (their own tests: test_agent_security.py, test_remediation_security.py)."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from aiohttp import web
 
 from runtimekit.config import ListenerConfig
 from runtimekit.listener import Listener, listening
-from runtimekit.webconfig import aiohttp_security
 from tests.security.pki import USER, basic, client_context, user_hash, write_web_config
 
 HEADER_TIMEOUT = 0.5  # seconds: the listener's header deadline, which bounds the TLS handshake too
@@ -209,26 +209,79 @@ async def test_headers_and_the_rate_limit_of_the_file(tmp_path):
             assert statuses == [200, 200, 429]
 
 
-async def test_aiohttp_security_serves_a_plain_aiohttp_site_and_follows_certificate_changes(pki, tmp_path):
-    web_config = write_web_config(tmp_path / "web.yml", pki, mtls=True, users={USER: user_hash()})
-    context, middleware = aiohttp_security(str(web_config))
-    assert context is not None
-    app = make_app()
-    app.middlewares.append(middleware)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        url = f"https://127.0.0.1:{port}/metrics"
-        async with aiohttp.ClientSession() as session:
-            async with session.get(url, ssl=client_context(pki), headers={"Authorization": basic()}) as response:
+async def test_a_new_client_ca_applies_to_the_next_connection(pki, tmp_path):
+    web_config = write_web_config(tmp_path / "web.yml", pki, mtls=True)
+    async for listener in serve(web_config):
+        assert (await fetch(listener, context=client_context(pki, "client")))[0] == 200
+        web_config.write_text(web_config.read_text().replace(str(pki / "ca.pem"), str(pki / "rogue-ca.pem")))
+        assert (await fetch(listener, context=client_context(pki, "rogue")))[0] == 200
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            await fetch(listener, context=client_context(pki, "client"))
+
+
+def _full(pki: Path, path: Path) -> Path:
+    """Client certificates required, only scraper.example admitted, and a password."""
+    return write_web_config(path, pki, mtls=True, users={USER: user_hash()}, client_allowed_sans=["scraper.example"])
+
+
+LOWERINGS = {  # a reading of the file that serves with less than _full: (write it, the rule the log names)
+    "emptied": (lambda pki, path: path.write_text(""), "the file is empty"),
+    "tls-removed": (lambda pki, path: write_web_config(path, users={USER: user_hash()}), "tls_server_config: removed"),
+    "users-removed": (lambda pki, path: write_web_config(path, pki, mtls=True, client_allowed_sans=["scraper.example"]),
+                      "basic_auth_users: every user removed"),
+    "client-certificates-optional": (
+        lambda pki, path: write_web_config(path, pki, users={USER: user_hash()}, client_auth_type="VerifyClientCertIfGiven",
+                                           client_ca_file=str(pki / "ca.pem"), client_allowed_sans=["scraper.example"]),
+        "VerifyClientCertIfGiven is weaker than RequireAndVerifyClientCert"),
+    "client-certificates-off": (lambda pki, path: write_web_config(path, pki, users={USER: user_hash()}),
+                                "NoClientCert is weaker than RequireAndVerifyClientCert"),
+    "allowed-sans-removed": (lambda pki, path: write_web_config(path, pki, mtls=True, users={USER: user_hash()}),
+                             "client_allowed_sans: removed"),
+}
+
+
+@pytest.mark.parametrize("lowering", list(LOWERINGS))
+async def test_a_reload_that_lowers_the_protection_fails_closed_until_restored(pki, tmp_path, caplog, lowering):
+    web_config = _full(pki, tmp_path / "web.yml")
+    write, rule = LOWERINGS[lowering]
+    auth = {"Authorization": basic()}
+    async for listener in serve(web_config):
+        https, http = listener.address, listener.address.replace("https://", "http://")
+        context = client_context(pki)
+        async with aiohttp.ClientSession() as session:  # one kept-alive connection
+            async with session.get(https + "/metrics", ssl=context, headers=auth) as response:
                 assert response.status == 200
-            async with session.get(url, ssl=client_context(pki)) as response:
-                assert response.status == 401
-            with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
-                async with session.get(url, ssl=client_context(pki, "rogue"), headers={"Authorization": basic()}):
-                    pass
-    finally:
-        await runner.cleanup()
+            write(pki, web_config)
+            async with session.get(https + "/metrics", ssl=context, headers=auth) as response:
+                assert response.status == 500
+        for url, context in ((https, client_context(pki)), (https, client_context(pki, None)),
+                             (https, client_context(pki, "other")), (http, False)):
+            with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):  # new connections: not served
+                async with aiohttp.ClientSession() as session:
+                    async with session.get(url + "/metrics", ssl=context, headers=auth) as response:
+                        pytest.fail(f"{url} with {context} answered {response.status}")
+        refusals = [r.getMessage() for r in caplog.records if "refusing connections and requests" in r.getMessage()]
+        assert len(refusals) == 1 and rule in refusals[0]
+        _full(pki, web_config)
+        assert await fetch(listener, context=client_context(pki), headers=auth) == (200, "up 1\n")
+
+
+async def test_protection_raised_by_a_reload_is_kept_until_a_restart(pki, tmp_path, caplog):
+    web_config = write_web_config(tmp_path / "web.yml")
+    async for listener in serve(web_config):
+        write_web_config(web_config, users={USER: user_hash()})
+        assert (await fetch(listener))[0] == 401
+        write_web_config(web_config)
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await fetch(listener)
+        assert any("basic_auth_users: every user removed" in r.getMessage() and "restart" in r.getMessage()
+                   for r in caplog.records)
+
+
+async def test_credentials_over_plain_http_are_warned_about_at_start(pki, tmp_path, caplog):
+    async for _ in serve(write_web_config(tmp_path / "plain.yml", users={USER: user_hash()})):
+        pass
+    async for _ in serve(write_web_config(tmp_path / "tls.yml", pki, users={USER: user_hash()})):
+        pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([w for w in warnings if "credentials over plain HTTP" in w and "set tls_server_config" in w]) == 1

@@ -102,8 +102,16 @@ def test_go_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-def test_an_empty_file_means_plain_http_and_no_auth(tmp_path):
-    (tmp_path / "web.yml").write_text("")
+@pytest.mark.parametrize("content", ["", "\n  \n", "# TLS comes later\n"], ids=["empty", "blank", "comments"])
+def test_an_empty_file_is_unusable(tmp_path, content):
+    """What a config tool leaves between truncating the file and writing it: never "no TLS, no users"."""
+    (tmp_path / "web.yml").write_text(content)
+    with pytest.raises(WebConfigError, match=r"^k: .*web.yml: the file is empty \(write \{\} for a file that sets nothing\)"):
+        read_web_config(str(tmp_path / "web.yml"), "k")
+
+
+def test_a_file_that_says_it_sets_nothing_means_plain_http_and_no_auth(tmp_path):
+    (tmp_path / "web.yml").write_text("{}\n")
     config = read_web_config(str(tmp_path / "web.yml"))
     assert config.tls is None and not config.users
 

@@ -50,6 +50,53 @@ def test_colour_marks_health_states_without_skewing_columns():
     assert stripped == plain
 
 
+EVIL = "evil\x1b]0;pwned\x07\x1b[2J\u202e\nnext"  # a window title, a screen clear, a bidi override, a new line
+
+
+def test_text_from_the_node_cannot_drive_the_terminal():
+    hostile = document()
+    hostile["agent"]["node"] = EVIL
+    gpu = hostile["gpus"][0]
+    gpu["name"] = EVIL
+    gpu["processes"] = [{"pid": 1, "name": EVIL, "used_memory_bytes": 1 << 30, "sm_utilization": 0.5, "container": EVIL}]
+    hostile["gpus"][1]["health"]["faults"][0]["evidence"] = EVIL
+    hostile["slices"][0]["owner"] = EVIL
+    for colour in (False, True):
+        frame = render(hostile, colour=colour)
+        for code in ("\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[34m", "\x1b[2m", "\x1b[0m"):
+            frame = frame.replace(code, "")  # the colours render adds itself
+        assert not [char for char in frame if not char.isprintable() and char != "\n"]
+        assert frame.count("evil\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x0anext") == 6
+    header, first = render(hostile).splitlines()[2:4]
+    assert first.index("healthy") == header.index("HEALTH")  # the columns still line up
+
+
+class HostileReason(BaseHTTPRequestHandler):
+    """Answers every GET with an error whose reason phrase carries escape sequences."""
+
+    def do_GET(self) -> None:
+        self.send_response(418, "\x1b]0;pwned\x07\x1b[2J")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_an_error_from_the_agent_cannot_drive_the_terminal(capsys):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileReason)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert main(["status", "--address", f"127.0.0.1:{server.server_port}"]) == 1
+        assert main(["status", "--address", f"127.0.0.1:{server.server_port}", "--watch", "--iterations", "1"]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.count("answered HTTP 418 \\x1b]0;pwned\\x07\\x1b[2J") == 2
+
+
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory) -> Iterator[Agent]:
     agent = start_agent(tmp_path_factory.mktemp("status"), "--sim", "dgx-h100", "--interval", "0.5")
