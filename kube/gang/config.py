@@ -119,8 +119,8 @@ class ControllerConfig:
     watch_timeout_seconds: int = setting(300, "each watch of the API server ends after this long and is opened again",
                                          between(1, 3600))
     release_timeout_seconds: float = setting(
-        120.0, "a placed gang's devices stay reserved until its pods are bound and their nodes' offers changed since, "
-        "or this long after the last pod bound", between(0, 86400))
+        120.0, "a placed gang's devices on a node stay reserved until its pods there are bound and the node's offer "
+        "shows them allocated, or this long after they bound", between(0, 86400))
     evict_unbindable: bool = setting(
         True, "a pod released to a node that turned NotReady (or went away) before the pod bound is evicted, so its Job "
         "makes a new one that is placed again; false: only an event says so")

@@ -6,24 +6,31 @@ A **round** (after a change the informers saw, ``settle_seconds`` later, or ever
 
 1. **Nodes**: hands each node's labels and offer to the placer (``view.py``); a node that is
    NotReady, cordoned, being deleted or gone, or whose offer cannot be read, offers nothing.
-2. **Reservations** (``tracking.py``): a placed gang's devices stay reserved until its pods are
-   bound (``spec.nodeName``) and each of their nodes' offers has changed since (the devices are
-   then spent in the offer itself), or ``release_timeout_seconds`` after the last one bound, or
-   at once when the gang is gone or restarted. A pod released to a node that can no longer take it
+2. **Reservations** (``tracking.py``): a placed gang's devices on a node stay reserved until its
+   pods there are bound (``spec.nodeName``) and the node's offer shows them allocated (at most
+   the free devices it had for the reservation less those held there: the devices are then spent
+   in the offer itself), or ``release_timeout_seconds`` after they bound; each node's part ends on
+   its own (the rest is reserved again), and all of it at once when the gang is gone or
+   restarted. A pod released to a node that can no longer take it
    (NotReady, cordoned, gone) before it bound cannot be gated again (the API server refuses new
    gates) nor pointed elsewhere (its affinity may only narrow): it is evicted (policy/v1, so it
    gets the DisruptionTarget condition a Job's podFailurePolicy can ignore) when a controller owns
    it, and its Job makes a new pod, gated by the webhook, which is placed as below; a bare pod only
-   gets an event. A pod deleted before it bound is replaced the same way by its Job.
+   gets an event. Either way that pod's devices are no longer held; the other pods keep theirs.
+   A pod deleted before it bound is replaced the same way by its Job.
 3. **Gangs** with gated pods, oldest first: once all the gang's pods exist (its size:
-   ``gangs.py``), one placement for all its gated pods (for a gang some of whose pods were
-   released before, only the new gated ones: "replacements", placed as a group of their own). If
+   ``gangs.py``; pods that Succeeded count, since their Job does not run them again), one
+   placement for all its gated pods (for a gang some of whose pods were released before, only the
+   new gated ones: "replacements", placed as a group of their own). If
    it fits, and every pod's own nodeSelector, node affinity and tolerations admit its node
    (``nodefit.py``), it is reserved, then each pod gets one PATCH: its node pinned and our gate
    removed. Otherwise every pod stays gated; the reason goes to an Event (on the JobSet, or on
    each pod of a pod group) when it changed, and to each pod's condition
    ``runtimekit.io/GangPlaced`` (False, reason ``WaitingForPods``, ``Unplaceable`` or
-   ``InvalidGang``, the reason in the message; True, ``Placed``, once released).
+   ``InvalidGang``, the reason in the message; True, ``Placed``, once released). Messages carry
+   no live counts (those go to the log), and while the reason stays the same a changed message is
+   written at most once per ``REWRITE_SECONDS`` per gang: offer changes elsewhere in the cluster
+   do not rewrite every waiting pod.
 
 A release is many PATCHes, one per pod, and cannot be atomic: when one fails the pods already
 released stay released, and the rest are released to the same nodes in the next rounds (their
@@ -39,6 +46,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,9 +59,20 @@ from .placer import GangDemand, Placement, Placer, PodDemand, Refusal, Reservati
 from .tracking import Reservations
 from .view import ClusterView, InvalidPod
 
-__all__ = ["GangController"]
+__all__ = ["REWRITE_SECONDS", "GangController"]
 
 log = logging.getLogger(__name__)
+
+REWRITE_SECONDS = 30.0  # a gang's refusal message, reason unchanged, is rewritten at most this often
+
+
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What a gang's pods were last told, and when (clock seconds)."""
+
+    reason: str
+    message: str
+    at: float
 
 
 def _timestamp(now: float) -> str:
@@ -70,7 +89,7 @@ class GangController:
         self.demand = DemandReader(api, config.demand)
         self.reservations = Reservations(placer, config.controller, api)
         self.rounds = 0
-        self._said: dict[str, tuple[str, str]] = {}  # gang -> (reason, message) of the last event
+        self._said: dict[str, _Said] = {}  # gang -> why it waits, as last written
 
     async def run(self) -> None:
         """Watch and decide until cancelled."""
@@ -126,7 +145,7 @@ class GangController:
             size = await self.demand.size(members[0].gang)
             if len(live) > size:
                 raise GangError(f"{len(live)} pods exist, more than the gang's {size}")
-            if len(live) < size:
+            if len(live) + sum(pod.succeeded for pod in members) < size:  # a Succeeded pod is not run again
                 await self._hold(key, gated, "WaitingForPods", f"waiting for all {size} pods of the gang to exist",
                                  now, quiet=True)
                 return
@@ -137,7 +156,7 @@ class GangController:
             return
         result = self.placer.place(demand)
         if isinstance(result, Refusal):
-            await self._hold(key, gated, "Unplaceable", result.reason, now)
+            await self._hold(key, gated, "Unplaceable", result.reason, now, detail=result.detail)
             return
         unfit = self._unfit(gated, result)
         if unfit:
@@ -149,7 +168,7 @@ class GangController:
             log.info("gang %s: %s", key, error)
             self.changed.set()  # decide again with the offers as they are now
             return
-        self.reservations.hold(key, members[0].gang.attempt, result, gated)
+        self.reservations.hold(key, members[0].gang.attempt, result, gated, self.cluster)
         self._said.pop(key, None)
         log.info("gang %s placed: %d pods in %s (%d tiers spanned, lower bound %d)", key, len(gated), result.domain,
                  result.tiers_spanned, result.lower_bound)
@@ -175,12 +194,20 @@ class GangController:
                         "the placer does not read node selectors, affinity or taints")
         return ""
 
-    async def _hold(self, key: str, pods: list[GangPod], reason: str, message: str, now: float, quiet: bool = False) -> None:
-        """Keep the gang gated and say why: an event when the reason changed (not for ``quiet``), the condition on each pod."""
-        if not quiet and self._said.get(key) != (reason, message):
-            log.info("gang %s not placed: %s", key, message)
-            await self._event(key, pods, "Warning", reason, message, now)
-        self._said[key] = (reason, message)
+    async def _hold(self, key: str, pods: list[GangPod], reason: str, message: str, now: float, quiet: bool = False,
+                    detail: str = "") -> None:
+        """Keep the gang gated and say why: an event when what it says changed (not for ``quiet``),
+        the condition on each pod; the same reason in new words waits ``REWRITE_SECONDS`` (module doc)."""
+        said = self._said.get(key)
+        if said is not None and said.reason == reason and said.message != message and now - said.at < REWRITE_SECONDS:
+            message = said.message
+        elif said is None or (said.reason, said.message) != (reason, message):
+            if not quiet:
+                log.info("gang %s not placed: %s%s", key, message, f" ({detail})" if detail else "")
+                await self._event(key, pods, "Warning", reason, message, now)
+            self._said[key] = _Said(reason, message, now)
+        if detail:
+            log.debug("gang %s: %s", key, detail)
         for pod in pods:
             await self._condition(pod, "False", reason, message, now)
 

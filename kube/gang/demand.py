@@ -2,7 +2,10 @@
 its pods' ResourceClaims ask. Both are read from the API server once and kept: a JobSet's
 ``replicatedJobs`` and a ResourceClaim's or ResourceClaimTemplate's ``spec`` are immutable once
 created (JobSet's webhook; resource.k8s.io/v1 validation). An object that does not exist yet is
-not kept, so the next round reads it again.
+not kept, so the next round reads it again. A JobSet deleted and created again under the same name
+is another object: sizes are kept by the gang's key, which holds the JobSet's uid when its pods
+carry the label ``jobset.sigs.k8s.io/jobset-uid``, and a JobSet read whose uid is not the pods'
+counts as not found (the pods belong to the JobSet deleted before).
 """
 
 from __future__ import annotations
@@ -31,13 +34,18 @@ class DemandReader:
         known = self._sizes.get((gang.key, gang.attempt))
         if known is not None:
             return known
+        named = f"{gang.namespace}/{gang.name}"
         jobset = await self.api.read_jobset(gang.namespace, gang.name)
         if jobset is None:
-            raise GangError(f"JobSet {gang.key} not found (jobset.x-k8s.io/v1alpha2); its pods' size is unknown")
+            raise GangError(f"JobSet {named} not found (jobset.x-k8s.io/v1alpha2); its pods' size is unknown")
+        uid = (jobset.get("metadata") or {}).get("uid")
+        if gang.uid and uid != gang.uid:
+            raise GangError(f"JobSet {named}: its uid is {uid}, not the pods' {gang.uid} (the JobSet was created again); "
+                            "these pods belong to the one deleted before")
         try:
             size = jobset_size(jobset)
         except GangError as error:
-            raise GangError(f"JobSet {gang.key}: {error}") from None
+            raise GangError(f"JobSet {named}: {error}") from None
         self._sizes[(gang.key, gang.attempt)] = size
         return size
 

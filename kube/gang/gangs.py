@@ -8,7 +8,10 @@ naming the pod, the field and the rule.
   every pod, with ``jobset.sigs.k8s.io/replicatedjob-name``, ``jobset.sigs.k8s.io/job-index`` and
   ``jobset.sigs.k8s.io/restart-attempt``; kubernetes-sigs/jobset api/jobset/v1alpha2
   jobset_types.go, pkg/constants). Only the pods of the highest restart attempt count: a JobSet
-  that restarts deletes the older attempt's pods and creates new ones, which are a new gang.
+  that restarts deletes the older attempt's pods and creates new ones, which are a new gang. The
+  gang is keyed by the label ``jobset.sigs.k8s.io/jobset-uid`` too (``JobSetUIDKey``, set with the
+  name), so a JobSet deleted and created again under the same name is another gang; pods without
+  that label are keyed by the name alone.
   Its size is the annotation ``runtimekit.io/gang-size`` when the pod template carries one, else
   read from the JobSet object (``jobset_size``);
 - the pods labelled ``runtimekit.io/gang: <name>`` (a pod group), whose size is required as the
@@ -28,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "CONDITION", "GANG_LABEL", "GANG_SIZE", "GATE", "JOBSET_NAME", "PLACED_ANNOTATION", "RESTART_ATTEMPT", "ClaimRef", "GangError",
+    "CONDITION", "GANG_LABEL", "GANG_SIZE", "GATE", "JOBSET_NAME", "JOBSET_UID", "PLACED_ANNOTATION", "RESTART_ATTEMPT", "ClaimRef",
+    "GangError",
     "GangPod", "GangRef", "claim_devices", "gang_pod", "group_gangs", "jobset_size", "pinned_terms",
 ]
 
@@ -38,6 +42,7 @@ GANG_SIZE = "runtimekit.io/gang-size"  # the pods a gang has (annotation, or lab
 PLACED_ANNOTATION = "runtimekit.io/gang-node"  # the node a pod was released to (written with the release)
 CONDITION = "runtimekit.io/GangPlaced"  # the pod condition saying whether (and why not) its gang is placed
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 MAX_GANG = 100_000  # pods in one gang at most: a larger size is a typo
@@ -49,9 +54,10 @@ class GangError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class GangRef:
-    """The gang a pod belongs to: ``key`` "namespace/name"; ``kind`` "JobSet" or "PodGroup";
-    ``attempt`` the JobSet's restart attempt (0 for a pod group); ``size`` from the pod's
-    ``runtimekit.io/gang-size`` (None: read it from the JobSet)."""
+    """The gang a pod belongs to: ``key`` "namespace/name", or "namespace/name@uid" for a JobSet
+    whose pods carry its uid (``JOBSET_UID``); ``kind`` "JobSet" or "PodGroup"; ``attempt`` the
+    JobSet's restart attempt (0 for a pod group); ``size`` from the pod's ``runtimekit.io/gang-size``
+    (None: read it from the JobSet); ``uid`` the JobSet's uid ("" when unknown)."""
 
     key: str
     kind: str
@@ -59,6 +65,7 @@ class GangRef:
     name: str
     attempt: int = 0
     size: int | None = None
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,7 @@ class GangPod:
     claims: tuple[ClaimRef, ...] = ()
     deleting: bool = False  # metadata.deletionTimestamp is set
     finished: bool = False  # status.phase Succeeded or Failed: no longer one of the gang's running pods
+    succeeded: bool = False  # status.phase Succeeded: its part of the gang's work is done (an Indexed Job does not run it again)
     owned: bool = False  # a controller (a Job) owns it and makes a new one when it is gone
     created: str = ""  # metadata.creationTimestamp (RFC 3339: orders as text)
     released_to: str | None = None  # the runtimekit.io/gang-node annotation
@@ -141,7 +149,9 @@ def gang_of(meta: Mapping[str, Any]) -> GangRef | None:
         attempt_text = str(labels.get(RESTART_ATTEMPT, "0"))
         if not attempt_text.isdigit():
             raise GangError(f"metadata.labels[{RESTART_ATTEMPT}]: must be a whole number, got {attempt_text[:40]!r}")
-        return GangRef(f"{namespace}/{jobset}", "JobSet", namespace, str(jobset), int(attempt_text), size)
+        uid = str(labels.get(JOBSET_UID) or "")
+        key = f"{namespace}/{jobset}" + (f"@{uid}" if uid else "")
+        return GangRef(key, "JobSet", namespace, str(jobset), int(attempt_text), size, uid)
     group = labels.get(GANG_LABEL)
     if group:
         if size is None:
@@ -194,6 +204,7 @@ def gang_pod(pod: Mapping[str, Any], gpu_resource: str, nic_resource: str | None
             namespace=gang.namespace, name=name, uid=str(meta.get("uid") or ""), gang=gang, gated=GATE in gates,
             node=spec.get("nodeName") or None, gpus=_effective(spec, gpu_resource), nics=_effective(spec, nic_resource),
             claims=claims, deleting=bool(meta.get("deletionTimestamp")), finished=status.get("phase") in ("Succeeded", "Failed"),
+            succeeded=status.get("phase") == "Succeeded",
             owned=any(_mapping(o, "ownerReferences[]").get("controller") for o in owners),
             created=str(meta.get("creationTimestamp") or ""), released_to=annotations.get(PLACED_ANNOTATION),
             gates=gates, terms=terms, node_selector={str(k): str(v) for k, v in _mapping(spec.get("nodeSelector"), "spec.nodeSelector").items()},
@@ -246,8 +257,9 @@ def claim_devices(spec: Mapping[str, Any], gpu_classes: Collection[str], nic_cla
 def jobset_size(jobset: Mapping[str, Any]) -> int:
     """The pods a JobSet (jobset.x-k8s.io/v1alpha2) runs at once: over ``spec.replicatedJobs``,
     ``replicas`` (default 1) times each Job's pods, ``parallelism`` (default 1) capped by
-    ``completions`` when set. GangError for a JobSet whose pods start in order (``startupPolicy``
-    InOrder: later jobs wait for earlier ones to run, which a gang held whole would never let happen)."""
+    ``completions`` when set. GangError for a JobSet whose pods start in stages (``startupPolicy``
+    InOrder, or a replicated job with ``dependsOn``: later jobs are created only once earlier ones
+    are Ready or Complete, which a gang held whole would never let happen)."""
     spec = _mapping(jobset.get("spec"), "spec")
     order = _mapping(spec.get("startupPolicy"), "spec.startupPolicy").get("startupPolicyOrder")
     if order == "InOrder":
@@ -257,6 +269,9 @@ def jobset_size(jobset: Mapping[str, Any]) -> int:
     for i, replicated in enumerate(_list(spec.get("replicatedJobs"), "spec.replicatedJobs")):
         at = f"spec.replicatedJobs[{i}]"
         replicated = _mapping(replicated, at)
+        if _list(replicated.get("dependsOn"), f"{at}.dependsOn"):
+            raise GangError(f"{at}.dependsOn: the JobSet creates this replicated job only after the ones it depends on are "
+                            "Ready or Complete; a gang is placed whole, so its pods would wait for each other forever")
         job = _mapping(_mapping(replicated.get("template"), f"{at}.template").get("spec"), f"{at}.template.spec")
         per_job = _count(job.get("parallelism", 1), f"{at}.template.spec.parallelism")
         if job.get("completions") is not None:

@@ -7,7 +7,9 @@ ResourceClaims) is an ``Informer``: a list (paged, 500 a page), then a watch fro
 ``resourceVersion`` (``allowWatchBookmarks``; the server ends it after ``watch_timeout_seconds`` and
 it is opened again from the last version seen), in a daemon thread of its own. Each change is
 applied to the informer's ``objects`` on the event loop's thread (``call_soon_threadsafe``), so the
-decision loop reads them without locks, and calls ``on_change``. A watch the server answers with
+decision loop reads them without locks, and calls ``on_change``. Each object is first cut down to
+the fields the service reads (``trim``, trim.py), in the informer's thread, so that only those are
+kept. A watch the server answers with
 410 Gone (the version is older than it keeps) lists again; any other failure is logged once (and
 once when it recovers) and retried after a back-off doubling from 1 s to 30 s. Pods are watched
 by label (one informer per gang label and namespace): the API has no OR of label selectors.
@@ -75,8 +77,9 @@ class Informer:
     "namespace/name" (or "name"), ``synced`` once the first list is in (see the module doc)."""
 
     def __init__(self, name: str, list_call: Callable[..., Any], arguments: Mapping[str, Any],
-                 on_change: Callable[[], None], watch_timeout_seconds: int) -> None:
+                 on_change: Callable[[], None], watch_timeout_seconds: int, trim: Callable[[Json], Json] | None = None) -> None:
         self.name = name
+        self._trim = trim or (lambda obj: obj)
         self.objects: dict[str, Json] = {}
         self.synced = False
         self._list_call, self._arguments = list_call, dict(arguments)
@@ -141,7 +144,7 @@ class Informer:
             response = self._list_call(**self._arguments, limit=PAGE, _continue=token, _preload_content=False,
                                        _request_timeout=(10, 60))
             page = json.loads(response.data or b"{}")
-            items.extend(page.get("items") or [])
+            items.extend(self._trim(item) for item in page.get("items") or [])
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             if not token:
@@ -162,7 +165,7 @@ class Informer:
                     raise ApiError(int(obj.get("code") or 0), str(obj.get("message") or "a watch error"))
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._post(self._apply, kind, obj)
+                    self._post(self._apply, kind, self._trim(obj))
         finally:
             self._response = None
             response.release_conn()

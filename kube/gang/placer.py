@@ -114,10 +114,13 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a gang is not placed now: one line, for an Event and a status condition."""
+    """Why a gang is not placed now: ``reason`` one line, for an Event and a status condition, that
+    stays the same while the cause does (no counts that move with every offer); ``detail`` the live
+    counts behind it, for the log ("" when none)."""
 
     key: str
     reason: str
+    detail: str = ""
 
 
 class ReservationError(ValueError):
@@ -194,8 +197,9 @@ class Placer:
         if None in levels:
             shape, names = shapes[levels.index(None)]
             room = self.capacity.caps(shape)[self.network.top][0]
-            return Refusal(gang.key, f"{describe(shapes, bare)}: not enough free capacity now (the cluster holds "
-                           f"{room} of the {len(names)} pods of {shape_words(shape)}; lower bound: {self.tiers.level_name(lower)})")
+            return Refusal(gang.key, f"{describe(shapes, bare)}: not enough free capacity now (lower bound: "
+                           f"{self.tiers.level_name(lower)})",
+                           f"the cluster holds {room} of the {len(names)} pods of {shape_words(shape)} now")
         for level in range(max(level for level in levels if level is not None), self.network.top + 1):
             pods = self._at_level(level, shapes)
             if pods is not None:

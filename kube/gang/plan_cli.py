@@ -76,7 +76,7 @@ def as_json(results: Sequence[Placement | Refusal], tiers: Tiers) -> str:
                           "tiers_spanned_name": tiers.level_name(result.tiers_spanned), "lower_bound": result.lower_bound,
                           "lower_bound_name": tiers.level_name(result.lower_bound), "domain": result.domain})
         else:
-            gangs.append({"key": result.key, "placed": False, "reason": result.reason})
+            gangs.append({"key": result.key, "placed": False, "reason": _why(result)})
     placed = sum(gang["placed"] for gang in gangs)
     return json.dumps({"gangs": gangs, "placed": placed, "refused": len(gangs) - placed}, indent=2)
 
@@ -90,7 +90,12 @@ def as_table(results: Sequence[Placement | Refusal], tiers: Tiers) -> str:
             rows.append((result.key, str(len(result.nodes)), str(len(set(result.nodes.values()))),
                          tiers.level_name(result.tiers_spanned), tiers.level_name(result.lower_bound), result.domain))
         else:
-            rows.append((result.key, "", "", "refused", "", result.reason))
+            rows.append((result.key, "", "", "refused", "", _why(result)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
                      for row in rows)
+
+
+def _why(refusal: Refusal) -> str:
+    """The refusal's reason with its live counts, when it has them."""
+    return f"{refusal.reason}; {refusal.detail}" if refusal.detail else refusal.reason

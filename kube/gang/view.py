@@ -1,13 +1,14 @@
 """The cluster as the gang controller sees it: the informers (kubeapi.py) of gang pods, nodes and,
-when offers come from DRA, ResourceSlices and ResourceClaims; each node's offer read from them.
+when offers come from DRA, ResourceSlices and ResourceClaims, each object trimmed to the fields
+read here (trim.py); each node's offer read from them.
 
 A node's **offer** (offer.py) is None (it takes nothing) when the node is unusable
 (``nodefit.node_unusable``) or its offer cannot be read (a malformed annotation or slice: logged
 when it starts and when it ends). Otherwise it is the ``runtimekit.io/offer`` annotation (no
 annotation: an empty offer, a node without GPUs), or the node's pool of the driver's
 ResourceSlices less the devices allocated to ResourceClaims (``slices.offer_from_slices``).
-``offer_version(node)`` counts the changes of a node's offer: the reservations compare it to know
-when an offer has caught up with pods bound to the node.
+``offer(node)`` is the offer last handed to the placer: the reservations compare it with the one
+a reservation was made on, to know when it shows the reservation's pods allocated.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .nodefit import node_unusable
 from .offer import OFFER_ANNOTATION, Offer, OfferError, parse_offer_annotation
 from .placer import Placer
 from .slices import allocated_devices, offer_from_slices
+from .trim import trim_claim, trim_node, trim_pod, trim_slice
 
 __all__ = ["ClusterView", "InvalidPod"]
 
@@ -50,17 +52,17 @@ class ClusterView:
                     call, arguments = api.core.list_namespaced_pod, {"namespace": namespace, "label_selector": label}
                 else:
                     call, arguments = api.core.list_pod_for_all_namespaces, {"label_selector": label}
-                self.pods.append(Informer(f"pods with {label} in {where}", call, arguments, on_change, timeout))
-        self.nodes = Informer("nodes", api.core.list_node, {}, on_change, timeout)
+                self.pods.append(Informer(f"pods with {label} in {where}", call, arguments, on_change, timeout, trim_pod))
+        self.nodes = Informer("nodes", api.core.list_node, {}, on_change, timeout, trim_node)
         self.informers = [*self.pods, self.nodes]
         self.slices = self.claims = None
         if config.offers.source == "resourceslices":
             self.slices = Informer("resourceslices", api.resource.list_resource_slice,
-                                   {"field_selector": f"spec.driver={config.offers.driver}"}, on_change, timeout)
-            self.claims = Informer("resourceclaims", api.resource.list_resource_claim_for_all_namespaces, {}, on_change, timeout)
+                                   {"field_selector": f"spec.driver={config.offers.driver}"}, on_change, timeout, trim_slice)
+            self.claims = Informer("resourceclaims", api.resource.list_resource_claim_for_all_namespaces, {}, on_change, timeout,
+                                   trim_claim)
             self.informers += [self.slices, self.claims]
         self._known: dict[str, tuple[tuple[tuple[str, str], ...], Offer | None]] = {}  # what the placer was told
-        self._versions: dict[str, int] = {}
         self._problems: dict[str, str] = {}
 
     def start(self) -> None:
@@ -89,8 +91,10 @@ class ClusterView:
         node = self.nodes.objects.get(name)
         return "gone" if node is None else node_unusable(node)
 
-    def offer_version(self, name: str) -> int:
-        return self._versions.get(name, 0)
+    def offer(self, name: str) -> Offer | None:
+        """The offer of node ``name`` as the placer was last told (None: it takes nothing, or is unknown)."""
+        known = self._known.get(name)
+        return None if known is None else known[1]
 
     # ---- nodes and offers ----------------------------------------------------------------------
 
@@ -103,13 +107,10 @@ class ClusterView:
             known = self._known.get(name)
             if known == (labels, offer):
                 continue
-            if known is None or known[1] != offer:
-                self._versions[name] = self.offer_version(name) + 1
             self._known[name] = (labels, offer)
             placer.set_node(name, dict(labels), offer)
         for name in [name for name in self._known if name not in self.nodes.objects]:
             placer.set_node(name, dict(self._known.pop(name)[0]), None)
-            self._versions[name] = self.offer_version(name) + 1
             self._problems.pop(name, None)
 
     def _offer(self, name: str, node: Mapping[str, Any], slices: Iterable[Any], claims: Iterable[Any]) -> Offer | None:

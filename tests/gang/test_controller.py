@@ -115,7 +115,8 @@ async def test_a_notready_node_is_left_out_and_a_pod_released_to_it_is_placed_ag
     await rig.settle()
     assert ("default/g-1" not in rig.api.kinds["pods"].items), "released to a NotReady node before binding: evicted"
     assert any(e["reason"] == "Unbindable" for e in rig.api.events())
-    assert not rig.controller.reservations.held
+    assert dict(rig.controller.placer.reservations["default/g"].nodes) == {"g-0": placed["g-0"]}, \
+        "the evicted pod's devices are no longer held; the bound pod's stay until its node's offer shows them"
 
     rig.api.update_node("n0", ready=True)
     rig.api.add_pod(pod_group_pod("g", 2, size=2, gpus=8, owned=True))  # what the Job makes in its place

@@ -100,6 +100,8 @@ def test_jobset_size(jobset: dict, size: int) -> None:
 
 @pytest.mark.parametrize("jobset, message", [
     (_jobset(_job(replicas=2), order="InOrder"), "InOrder starts each replicated job"),
+    (_jobset(_job(), {**_job(), "name": "x", "dependsOn": [{"name": "w", "status": "Complete"}]}),
+     "spec.replicatedJobs[1].dependsOn: the JobSet creates this replicated job only after"),
     (_jobset(_job(replicas=0)), "the JobSet runs 0 pods at once"),
     (_jobset(_job(replicas=-1)), "spec.replicatedJobs[0].replicas: must be a whole number >= 0"),
     ({"spec": {"replicatedJobs": {}}}, "spec.replicatedJobs: must be a list"),

@@ -210,7 +210,8 @@ def test_a_refusal_reserves_nothing_and_a_gang_never_lands_in_part() -> None:
     assert isinstance(first, Placement)
     placer.reserve(first)
     refused = placer.place(gang("ns/b", 2, 8))  # one node left: both or neither
-    assert isinstance(refused, Refusal) and "holds 1 of the 2 pods of 8 GPUs" in refused.reason
+    assert isinstance(refused, Refusal) and "holds 1 of the 2 pods of 8 GPUs" in refused.detail
+    assert "not enough free capacity now" in refused.reason and "1 of" not in refused.reason, "no live counts in the reason"
     assert set(placer.reservations) == {"ns/a"}
     alone = placer.place(gang("ns/b", 1, 8))
     assert isinstance(alone, Placement) and alone.nodes["w0"] not in first.nodes.values()
