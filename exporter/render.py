@@ -15,6 +15,12 @@ label text per (sample name, label values) for rows whose value changed. For pro
 families: the label text per (name, value) pairs. Lines and label text of series gone are
 dropped, so the caches hold about the last exposition. Formatted values are memoised too
 (floatToGoString is the costly part of a line).
+
+Whole families are kept as well: a ``Family`` whose rows, help, type and unit equal the last
+render's is written as the same bytes object as then, found by one list comparison (cheap when
+the collectors hand back the same label tuples). ``render_parts`` returns the exposition as one
+bytes object per family, so that what is built from it (the gzip variant, ``gzipparts.py``) can
+reuse its own work for the families that did not change.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ _SUPPORTED = frozenset({"gauge", "counter", "info"})
 _LabelKey = tuple[tuple[str, str], ...]  # (name, value) pairs in the sample's order
 _Lines = dict[str, dict[tuple[tuple[str, ...], float], str]]  # sample name -> Family row -> its line
 _NO_LINES: dict[tuple[tuple[str, ...], float], str] = {}
+# name -> ((type, help, unit, label names), rows, the family's bytes) of the last render
+_Blocks = dict[str, tuple[tuple[str, str, str, tuple[str, ...]], list[tuple[tuple[str, ...], float]], bytes]]
 
 
 def _escape(value: str) -> str:
@@ -76,32 +84,44 @@ class Renderer:
         self.fmt = fmt
         self._labels: dict[_LabelKey, str] = {}
         self._lines: _Lines = {}
+        self._blocks: _Blocks = {}
         self._prefixes: dict[str, dict[tuple[str, ...], str]] = {}  # sample name -> label values -> label text
 
     def render(self, families: Iterable[Family | Metric]) -> bytes:
         """Prometheus text 0.0.4 (``text``) or OpenMetrics 1.0.0 (``openmetrics``)."""
+        return b"".join(self.render_parts(families))
+
+    def render_parts(self, families: Iterable[Family | Metric]) -> list[bytes]:
+        """The exposition as one bytes object per family (its HELP, TYPE and samples), then the
+        OpenMetrics ``# EOF``; joined, they are ``render``'s output. A ``Family`` equal to the last
+        render's (rows, help, type, unit, label names) is the very bytes object written then."""
         openmetrics = self.fmt == OPENMETRICS
-        previous, previous_lines = self._labels, self._lines
+        previous, previous_lines, previous_blocks = self._labels, self._lines, self._blocks
         current: dict[_LabelKey, str] = {}
         current_lines: _Lines = {}
-        out: list[str] = []
-        append = out.append
+        current_blocks: _Blocks = {}
+        parts: list[bytes] = []
         for metric in families:
             if metric.type not in _SUPPORTED:
                 raise ValueError(f"{metric.name}: type {metric.type} is not rendered here")
-            if openmetrics:
-                append(f"# HELP {metric.name} {_escape(metric.documentation)}\n")
-                append(f"# TYPE {metric.name} {metric.type}\n")
-                if metric.unit:
-                    append(f"# UNIT {metric.name} {metric.unit}\n")
-            else:
-                name = metric.name + ("_total" if metric.type == "counter" else "_info" if metric.type == "info" else "")
-                kind = "gauge" if metric.type == "info" else metric.type
-                help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-                append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
             if isinstance(metric, Family):
-                self._rows_of(metric, previous_lines, current_lines, out)
+                signature = (metric.type, metric.documentation, metric.unit, metric.labelnames)
+                name, rows = metric.sample_name, metric.rows
+                kept = previous_blocks.get(metric.name)
+                if kept is not None and kept[0] == signature and kept[1] == rows:
+                    block = kept[2]
+                    lines = previous_lines.get(name)
+                    if lines is not None:
+                        current_lines[name] = lines
+                else:
+                    out = self._header(metric, openmetrics)
+                    self._rows_of(metric, previous_lines, current_lines, out)
+                    block = "".join(out).encode("utf-8")
+                current_blocks[metric.name] = (signature, rows, block)
+                parts.append(block)
                 continue
+            out = self._header(metric, openmetrics)
+            append = out.append
             for sample in metric.samples:
                 if sample.timestamp is not None or sample.exemplar is not None or sample.native_histogram is not None:
                     raise ValueError(f"{metric.name}: timestamps, exemplars and histograms are not rendered here")
@@ -117,10 +137,24 @@ class Renderer:
                         text = _label_text(key)
                     current[key] = text
                 append(f"{sample.name}{text} {_value(sample.value)}\n")
+            parts.append("".join(out).encode("utf-8"))
         if openmetrics:
-            append("# EOF\n")
-        self._labels, self._lines = current, current_lines
-        return "".join(out).encode("utf-8")
+            parts.append(b"# EOF\n")
+        self._labels, self._lines, self._blocks = current, current_lines, current_blocks
+        return parts
+
+    @staticmethod
+    def _header(metric: Family | Metric, openmetrics: bool) -> list[str]:
+        """HELP, TYPE (and OpenMetrics UNIT) lines of a family."""
+        if openmetrics:
+            out = [f"# HELP {metric.name} {_escape(metric.documentation)}\n", f"# TYPE {metric.name} {metric.type}\n"]
+            if metric.unit:
+                out.append(f"# UNIT {metric.name} {metric.unit}\n")
+            return out
+        name = metric.name + ("_total" if metric.type == "counter" else "_info" if metric.type == "info" else "")
+        kind = "gauge" if metric.type == "info" else metric.type
+        help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        return [f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"]
 
     def _rows_of(self, family: Family, previous: _Lines, current: _Lines, out: list[str]) -> None:
         """Write a Family's rows. A row (label values, value) equal to one of the last render's

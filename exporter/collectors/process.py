@@ -23,7 +23,6 @@ from runtimekit.exporter.collectors._common import (
     GPU_LABELS,
     SAMPLED,
     CardCollector,
-    add,
     counter,
     gauge,
     live_gpus,
@@ -39,6 +38,7 @@ from runtimekit.exporter.collectors.cmdline import (  # noqa: F401 - REDACTED: r
 )
 from runtimekit.exporter.collectors.mig import MIG_INSTANCE_LABELS
 from runtimekit.exporter.family import Family
+from runtimekit.gpu.types import Unavailable
 from runtimekit.state import NodeView
 
 PROCESS_LABELS = ("pid", "process", *OWNER_LABELS)
@@ -58,6 +58,10 @@ class ProcessCollector(CardCollector):
             raise ValueError(f"process collector: cmdline must be true or false, got {cmdline!r}")
         self._cmdline = cmdline
         self._redact = CommandRedactor(cmdline_redact, cmdline_max_length)  # validated even when off
+        # Label values of the last render's rows, by what they are made of: the same tuples again
+        # for a row whose GPU, process and owner did not change (no string building, and the
+        # renderer finds their cached lines and unchanged families by cheap comparisons).
+        self._labels: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         attribution = view.attribution
@@ -108,26 +112,45 @@ class ProcessCollector(CardCollector):
             f"The GPU process's command line, redacted and truncated; the value is always 1. {SAMPLED}",
             labels=list(PROCESS_LABELS),
         )
+        previous = self._labels
+        memo: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
         seen_rows: set[tuple[int, int]] = set()
         seen_pids: set[int] = set()
+        memory_rows, cpu_rows, resident_rows = memory.rows, cpu.rows, resident.rows
+        ratio_rows = [family.rows for family in ratios.values()]
         for row in attribution.processes:
             # NVML lists a process with compute and graphics contexts ("C+G") twice: one series.
             if (row.gpu_index, row.pid) in seen_rows:
                 continue
             seen_rows.add((row.gpu_index, row.pid))
-            process = _process_labels(row)
-            labels = (str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id), text(row.compute_instance_id), *process)
-            add(memory, labels, row.used_memory_bytes)
-            for field, family in ratios.items():
-                add(family, labels, getattr(row, field))
             host = row.host
+            # What the labels are made of, as plain values (hashed in C: Owner and Unavailable are
+            # dataclasses whose __hash__ runs in Python). An Unavailable reading is "" in a label.
+            uuid, gi, ci, owner = row.gpu_uuid, row.gpu_instance_id, row.compute_instance_id, row.owner
+            identity = (row.gpu_index, row.pid, uuid if type(uuid) is str else "", gi if type(gi) is int else -1,
+                        ci if type(ci) is int else -1, host.name if host is not None else None,
+                        owner.namespace, owner.pod, owner.container)
+            known = previous.get(identity)
+            if known is None:
+                process = _process_labels(row)
+                labels = (str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id),
+                          text(row.compute_instance_id), *process)
+                known = (labels, process)
+            memo[identity] = known
+            labels, process = known
+            _add(memory_rows, labels, row.used_memory_bytes)
+            _add(ratio_rows[0], labels, row.sm_utilization)
+            _add(ratio_rows[1], labels, row.memory_utilization)
+            _add(ratio_rows[2], labels, row.encoder_utilization)
+            _add(ratio_rows[3], labels, row.decoder_utilization)
             if host is None or row.pid in seen_pids:
                 continue  # per process, not per GPU: counted once
             seen_pids.add(row.pid)
-            add(cpu, process, host.cpu_seconds)
-            add(resident, process, host.resident_bytes)
+            _add(cpu_rows, process, host.cpu_seconds)
+            _add(resident_rows, process, host.resident_bytes)
             if self._cmdline:
                 info.add_metric(process, {"command": self._redact(host.cmdline)})
+        self._labels = memo
 
         dropped = counter(
             "runtimekit_processes_dropped_total",
@@ -140,6 +163,12 @@ class ProcessCollector(CardCollector):
         for (index, uuid), count in sorted(counts.items()):
             dropped.add_metric([str(index), text(uuid)], float(count))
         yield from nonempty(memory, *ratios.values(), cpu, resident, info, dropped)
+
+
+def _add(rows: list[tuple[tuple[str, ...], float]], labels: tuple[str, ...], value: object) -> None:
+    """``add`` for this collector's hot loop: one row unless the reading is Unavailable."""
+    if value is not None and not isinstance(value, Unavailable):
+        rows.append((labels, float(value) + 0.0))  # type: ignore[arg-type]
 
 
 def _process_labels(row: AttributedProcess) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 from runtimekit.attribution.cri import ContainerInfo, CriClient
 from runtimekit.attribution.errors import SourceError
-from runtimekit.attribution.join import join_processes, resolve_allocations
+from runtimekit.attribution.join import Memo, join_processes, resolve_allocations
 from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
 from runtimekit.attribution.procfs import ProcessInfo, ProcessReader
 from runtimekit.attribution.types import (
@@ -127,6 +127,7 @@ class Attributor:
         self._dropped_total: dict[tuple[int, Reading[str]], int] = {}
         self._infos: dict[int, ProcessInfo] = {}
         self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
+        self._rows: Memo = {}  # join_processes' memo: unchanged processes keep their rows
         self._infos_read_at = float("-inf")
         self._last_allocations: tuple[object, tuple[DeviceAllocation, ...]] | None = None
 
@@ -145,7 +146,7 @@ class Attributor:
         infos = await asyncio.get_running_loop().run_in_executor(self.executor, self._host_facts, pids, now)
         await self._refresh_cri_if_needed(infos, now)
         facts = self._all_facts(infos)
-        processes, pods, dropped = join_processes(snapshot, facts, self.max_processes_per_gpu)
+        processes, pods, dropped = join_processes(snapshot, facts, self.max_processes_per_gpu, self._rows)
         for key, count in dropped.items():
             self._dropped_total[key] = self._dropped_total.get(key, 0) + count
         attribution = AttributionSnapshot(

@@ -17,7 +17,7 @@ from runtimekit.attribution.types import (
     PodGpuUsage,
     ProcessFacts,
 )
-from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
+from runtimekit.gpu.types import GpuProcess, GpuSnapshot, NodeSnapshot, Reading, is_available
 from runtimekit.state.refs import parse_device_id
 
 
@@ -39,12 +39,23 @@ def resolve_allocations(
     return tuple(sorted(allocations, key=lambda a: (a.owner.namespace, a.owner.pod, a.owner.container, a.device_id)))
 
 
-def _attributed(gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts]) -> list[AttributedProcess]:
+# (GPU index, id of the GpuProcess) -> (that GpuProcess, its ProcessFacts, the GPU's UUID, the row
+# made of them): the caller's memo between joins (see ``join_processes``).
+Memo = dict[tuple[int, int], tuple[GpuProcess, ProcessFacts | None, Reading[str], AttributedProcess]]
+
+
+def _attributed(
+    gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts], previous: Memo, memo: Memo | None
+) -> list[AttributedProcess]:
     rows = []
     for process in gpu.processes:
         host = facts.get(process.pid)
-        rows.append(
-            AttributedProcess(
+        key = (gpu.index, id(process))
+        hit = previous.get(key)
+        if hit is not None and hit[0] is process and hit[1] is host and hit[2] == gpu.uuid:
+            row = hit[3]
+        else:
+            row = AttributedProcess(
                 gpu_index=gpu.index,
                 gpu_uuid=gpu.uuid,
                 pid=process.pid,
@@ -58,27 +69,35 @@ def _attributed(gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts]) -> list[Att
                 host=host,
                 owner=host.owner if host else HOST,
             )
-        )
+        if memo is not None:
+            memo[key] = (process, host, gpu.uuid, row)
+        rows.append(row)
     # The biggest memory holders first: they are what the cap keeps.
     rows.sort(key=lambda r: (-(r.used_memory_bytes if is_available(r.used_memory_bytes) else -1), r.pid))
     return rows
 
 
 def join_processes(
-    snapshot: NodeSnapshot, facts: Mapping[int, ProcessFacts], cap_per_gpu: int
+    snapshot: NodeSnapshot, facts: Mapping[int, ProcessFacts], cap_per_gpu: int, memo: Memo | None = None
 ) -> tuple[tuple[AttributedProcess, ...], tuple[PodGpuUsage, ...], dict[tuple[int, Reading[str]], int]]:
     """Attribute every GPU process; returns (capped process rows, per-container usage, dropped rows per GPU).
 
     The cap keeps the ``cap_per_gpu`` processes holding the most memory on each GPU; the
-    per-container usage is summed over every process, capped or not.
+    per-container usage is summed over every process, capped or not. ``memo`` (the caller's,
+    kept between joins) holds the rows made: a process whose ``GpuProcess`` and ``ProcessFacts``
+    are the very objects of the last join (the reader and the attributor keep unchanged ones)
+    gets the same row again; it then holds this join's rows only.
     """
+    previous = dict(memo) if memo else {}
+    if memo is not None:
+        memo.clear()
     kept: list[AttributedProcess] = []
     dropped: dict[tuple[int, Reading[str]], int] = {}
     usage: dict[tuple[Owner, int, Reading[int], Reading[int]], list[AttributedProcess]] = defaultdict(list)
     for gpu in snapshot.gpus:
         if gpu.lost:
             continue
-        rows = _attributed(gpu, facts)
+        rows = _attributed(gpu, facts, previous, memo)
         kept.extend(rows[:cap_per_gpu])
         if len(rows) > cap_per_gpu:
             dropped[(gpu.index, gpu.uuid)] = len(rows) - cap_per_gpu

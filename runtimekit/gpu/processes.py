@@ -46,8 +46,21 @@ def read_process_utilization(session: NvmlSession, handle: Any, now: float) -> d
     return {pid: ratios for pid, (_, ratios) in newest.items()}
 
 
-def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
-    """The GPU's processes, and the error of a listing that failed (None when both listed)."""
+_Known = dict[tuple[Any, ...], GpuProcess]
+
+
+def read_processes(
+    session: NvmlSession, handle: Any, now: float, known: _Known | None = None
+) -> tuple[tuple[GpuProcess, ...], Unavailable | None]:
+    """The GPU's processes, and the error of a listing that failed (None when both listed).
+
+    ``known`` (the caller's, one per GPU) maps what NVML answered for a process to the
+    ``GpuProcess`` made of it at the last reading: an unchanged process is the same (immutable)
+    object again, not a new one, and the map keeps only this reading's processes.
+    """
+    previous = dict(known) if known else {}
+    if known is not None:
+        known.clear()
     processes: list[GpuProcess] = []
     failure: Unavailable | None = None
     utilization: dict[int, tuple[float, ...]] | Unavailable | None = None
@@ -68,8 +81,10 @@ def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple
                 if utilization is None:  # read once, and only when a whole-GPU process is listed
                     utilization = read_process_utilization(session, handle, now)
                 ratios = utilization.get(pid, IDLE) if isinstance(utilization, dict) else (utilization,) * 4
-            processes.append(
-                GpuProcess(
+            key = (kind, pid, memory, gi, ci, ratios)
+            process = previous.get(key)
+            if process is None:
+                process = GpuProcess(
                     pid=pid,
                     used_memory_bytes=memory if memory != NOT_AVAILABLE_U64 else NOT_SUPPORTED,
                     kind=kind,
@@ -80,5 +95,7 @@ def read_processes(session: NvmlSession, handle: Any, now: float) -> tuple[tuple
                     encoder_utilization=ratios[2],
                     decoder_utilization=ratios[3],
                 )
-            )
+            if known is not None:
+                known[key] = process
+            processes.append(process)
     return tuple(processes), failure

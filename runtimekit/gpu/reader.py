@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
@@ -31,6 +31,7 @@ from runtimekit.gpu.types import (
     DriverInfo,
     GpuIdentity,
     GpuLimits,
+    GpuProcess,
     GpuSnapshot,
     Memory,
     Modes,
@@ -94,6 +95,7 @@ class Device:
     limits: GpuLimits
     limits_read_at: float
     lost: bool = False
+    processes: dict[tuple[Any, ...], GpuProcess] = field(default_factory=dict)  # read_processes' ``known``
 
 
 class NodeReader:
@@ -286,7 +288,7 @@ class NodeReader:
             rx_bytes=_map(values.get(fields.PCIE_RX_BYTES), int),
             replay_count=call("nvmlDeviceGetPcieReplayCounter", handle),
         )
-        processes, process_failure = read_processes(self.session, handle, now)
+        processes, process_failure = read_processes(self.session, handle, now, device.processes)
         modes = self._read_modes(handle)
         mig_devices, mig_failure = self._mig.read(device.index, handle, device.identity, modes.mig_mode_current)
         snapshot = GpuSnapshot(

@@ -186,7 +186,7 @@ class FaultsPart(NodeCore):
         g = self._gpus[gpu]
         m = g.spec.model
         total, reserved = m.memory_total_mib * MiB, m.memory_reserved_mib * MiB
-        used = sum(p["used_memory_bytes"] for p in self.processes_on(gpu))
+        used = self.process_memory_on(gpu)
         leak = self._fault(g, "memory-leak")
         if leak:
             used += leak["bytes"]

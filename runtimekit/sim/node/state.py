@@ -151,6 +151,7 @@ class NodeCore:
         self._proc_gen = 0
         self._proc_cache: tuple[tuple, list[dict]] | None = None
         self._by_gpu: dict[int, list[dict]] = {}
+        self._memory_by_gpu: dict[int, int] = {}  # GPU -> bytes its processes hold (with _by_gpu)
         self._churn_slots: dict[int, tuple[int, int]] = {}
         self._churn_rows: dict[int, dict] = {}  # slot -> its current process row (rebuilt on restart)
         self._churn_rows_gen = -1
@@ -205,6 +206,9 @@ class NodeCore:
         raise NotImplementedError
 
     def processes_on(self, gpu: int) -> list[dict]:
+        raise NotImplementedError
+
+    def process_memory_on(self, gpu: int) -> int:
         raise NotImplementedError
 
     def _mig_instance_check(self, gpu: int, gpu_instance: Any, compute_instance: Any) -> tuple[int, int] | None:

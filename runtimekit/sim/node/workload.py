@@ -163,6 +163,12 @@ class WorkloadPart(NodeCore):
         self.processes()
         return self._by_gpu[gpu]
 
+    def process_memory_on(self, gpu: int) -> int:
+        """Bytes the processes on ``gpu`` hold: the sum over ``processes_on(gpu)``, made once per
+        process list (NVML's memory and utilization calls ask for it on every call)."""
+        self.processes()
+        return self._memory_by_gpu[gpu]
+
     def add_process(
         self,
         gpu: int,
@@ -284,9 +290,11 @@ class WorkloadPart(NodeCore):
                 out.append(row)
             out.sort(key=lambda p: p["pid"])
             self._proc_cache = (key, out)
-            self._by_gpu = {g.spec.index: [] for g in self._gpus}
+            by_gpu: dict[int, list[dict]] = {g.spec.index: [] for g in self._gpus}
             for process in out:
-                self._by_gpu[process["gpu"]].append(process)
+                by_gpu[process["gpu"]].append(process)
+            self._by_gpu = by_gpu
+            self._memory_by_gpu = {gpu: sum(p["used_memory_bytes"] for p in rows) for gpu, rows in by_gpu.items()}
         hook = self.on_processes_changed
         if hook is not None:
             hook(out)  # e.g. the fixture /proc, updated before NVML can show the new list

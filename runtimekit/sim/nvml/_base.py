@@ -26,6 +26,7 @@ SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED = 0, 1, 2, 3
 NOT_FOUND, INSUFFICIENT_SIZE, TIMEOUT, GPU_IS_LOST, VERSION_MISMATCH = 6, 7, 10, 15, 25
 
 _DEV_BASE = 0x7E57_0000_1000
+_HANDLES_KEPT = 1024  # decoded handles remembered (``_gpu_of``)
 _NO_ID = NO_INSTANCE  # gpuInstanceId / computeInstanceId of a whole (non-MIG) GPU
 
 
@@ -119,13 +120,22 @@ class _LibraryBase:
         self.node = node
         self._refcount = 0
         self.nvmlErrorString = _ErrorString()
+        self._handles: dict[int, tuple[Any, int | None]] = {}  # id(handle) -> (handle, GPU index)
 
     def _gpu_of(self, handle: Any) -> int | None:
+        # The caller keeps its handle objects between calls: decode each once (ctypes.cast is the
+        # costly part of every per-device call). Keyed by id with the object itself kept, so an id
+        # reused by a new object never matches; cleared when handles made per call pile up.
+        known = self._handles.get(id(handle))
+        if known is not None and known[0] is handle:
+            return known[1]
         addr = _ptr(handle)
-        if addr is None:
-            return None
-        i = addr - _DEV_BASE
-        return i if 0 <= i < self.node.gpu_count else None
+        i = addr - _DEV_BASE if addr is not None else -1
+        gpu = i if 0 <= i < self.node.gpu_count else None
+        if len(self._handles) >= _HANDLES_KEPT:
+            self._handles.clear()
+        self._handles[id(handle)] = (handle, gpu)
+        return gpu
 
     def _model(self, gpu: int) -> Any:
         return self.node.gpu(gpu).model

@@ -1,0 +1,96 @@
+"""What the exposition reuses between renders is invalidated by any change: compressed families,
+whole family blocks and the process collector's label values."""
+
+import dataclasses
+import gzip
+import zlib
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from exporter_factories import make_attribution, make_facts, make_gpu, make_process, make_snapshot, make_state
+
+from runtimekit.attribution.types import Owner
+from runtimekit.exporter import build_collector_set
+from runtimekit.exporter.collectors.process import ProcessCollector
+from runtimekit.exporter.family import GAUGE, Family
+from runtimekit.exporter.gzipparts import GzipParts
+from runtimekit.exporter.render import OPENMETRICS, TEXT, Renderer, render
+
+PARTS = [b"# HELP a A.\n# TYPE a gauge\n" + b"a{x=\"1\"} 1.0\n" * 200, b"", b"b 2.0\n" * 50, b"# EOF\n"]
+
+
+def _single_member(compressed: bytes) -> bytes:
+    """Decode with zlib's gzip reader, refusing anything after the first member."""
+    reader = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    body = reader.decompress(compressed) + reader.flush()
+    assert reader.eof and reader.unused_data == b""
+    return body
+
+
+def test_gzip_of_parts_is_one_member_that_decodes_to_the_joined_parts():
+    compressed = GzipParts().compress(PARTS)
+    assert gzip.decompress(compressed) == b"".join(PARTS)
+    assert _single_member(compressed) == b"".join(PARTS)
+
+
+def test_reused_compressed_parts_still_decode_after_a_part_changed_and_moved():
+    parts = GzipParts()
+    parts.compress(PARTS)
+    changed = [PARTS[2], PARTS[0].replace(b"1.0", b"3.0"), b"c 1.0\n", PARTS[0], PARTS[3]]
+    assert _single_member(parts.compress(changed)) == b"".join(changed)
+    assert _single_member(parts.compress([])) == b""
+
+
+async def test_aiohttp_client_decodes_the_compressed_parts():
+    body = GzipParts().compress(PARTS)
+
+    async def handler(_request: web.Request) -> web.Response:
+        return web.Response(body=body, headers={"Content-Encoding": "gzip"})
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/")
+        assert await response.read() == b"".join(PARTS)
+
+
+def _family(value: float) -> Family:
+    family = Family(GAUGE, "runtimekit_test_ratio", "A test family.", ["gpu"])
+    family.add_metric(("0",), value)
+    family.add_metric(("1",), 0.5)
+    return family
+
+
+@pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
+def test_an_unchanged_family_is_the_same_bytes_and_a_changed_value_is_rendered_again(fmt):
+    renderer = Renderer(fmt)
+    first = renderer.render_parts([_family(0.25)])
+    again = renderer.render_parts([_family(0.25)])
+    assert again[0] is first[0]
+    changed = renderer.render_parts([_family(0.75)])
+    assert b"".join(changed) == render([_family(0.75)], fmt)
+    assert b'runtimekit_test_ratio{gpu="0"} 0.75' in changed[0]
+    helped = Family(GAUGE, "runtimekit_test_ratio", "Other help.", ["gpu"])
+    helped.rows = _family(0.75).rows
+    assert b"Other help." in renderer.render_parts([helped])[0]
+
+
+def _process_lines(state) -> list[str]:
+    body = render(build_collector_set().collect(state.view()), TEXT).decode()
+    return [line for line in body.splitlines() if line.startswith("runtimekit_process_gpu_memory_bytes{")]
+
+
+def test_process_labels_follow_a_new_owner_name_and_value():
+    state = make_state(make_snapshot((make_gpu(0),)))
+    collector = ProcessCollector()
+    first = make_process(4242)
+    state.publish_attribution(make_attribution(processes=(first,)))
+    before = list(collector.collect(state.view()))[0].rows
+    moved = Owner(namespace="other", pod="p-1", container="c")
+    row = dataclasses.replace(first, host=make_facts(4242, owner=moved, name="torchrun"), owner=moved, used_memory_bytes=5)
+    state.publish_attribution(make_attribution(processes=(row,)))
+    after = list(collector.collect(state.view()))[0].rows
+    assert before[0][0] != after[0][0]
+    assert after == [(("0", first.gpu_uuid, "", "", "4242", "torchrun", "other", "p-1", "c"), 5.0)]
+    assert any('pod="p-1"' in line and line.endswith(" 5.0") for line in _process_lines(state))
