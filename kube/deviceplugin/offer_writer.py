@@ -7,9 +7,11 @@
 1. reads which devices pods hold from the kubelet's pod-resources API (List) on
    ``offer_annotation.pod_resources_socket``; while it cannot, the last answer stands (the kubelet
    keeps its pods' devices while it restarts);
-2. computes the offer (``offer.node_offer``) once the agent's node, its topology and the pods'
-   devices have each been read once: before that it writes nothing, as the placer then sees a
-   node without the annotation, which offers no devices;
+2. computes the offer (``offer.node_offer``) once the agent's node and the pods' devices have
+   each been read once: before that it writes nothing, as the placer then sees a node without the
+   annotation, which offers no devices. The topology is read with the node (``DeviceWatch``); when
+   GetTopology fails (the agent's ``topology.enabled`` false) the offer is made from an empty
+   one: each GPU an NVLink group of its own, no RDMA NIC;
 3. writes the annotation (``offer_annotation`` of kube/gang/offer.py, JSON version 1) when its
    text differs from the one this process last wrote; and every ``offer_annotation.resync_seconds``
    (the first time at start) reads it back and writes it again if someone changed or removed it.
@@ -30,6 +32,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from runtimekit._proto.runtimekit.v1 import node_pb2
 from runtimekit.attribution.podresources import PodResourcesClient
 from runtimekit.grpc_unix import UnixRpcError
 from runtimekit.kube.gang.offer import offer_annotation
@@ -102,10 +105,12 @@ class OfferWriter:
                 pass
 
     def desired(self) -> str | None:
-        """The annotation's text now; None until the node, its topology and the pods' devices are known."""
-        topology = self.watch.topology
-        if not self.watch.node_known or topology is None or self._pod_devices is None:
+        """The annotation's text now; None until the node and the pods' devices are known. A node
+        known without a topology (GetTopology failed: the agent's ``topology.enabled`` false) is
+        offered with an empty one: each GPU a group of its own, no NIC."""
+        if not self.watch.node_known or self._pod_devices is None:
             return None
+        topology = self.watch.topology if self.watch.topology is not None else node_pb2.Topology()
         return offer_annotation(node_offer(self.watch.units, self.config.resource_name, topology, self._pod_devices))
 
     async def step(self) -> None:

@@ -42,7 +42,8 @@ class CheckpointError(Exception):
 
 
 class DriverLocked(Exception):
-    """Another driver process holds the plugin directory's lock."""
+    """The plugin directory cannot be locked: another driver process holds its lock, or it cannot be
+    made or opened (read-only, not a directory, no permission)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +173,14 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock (creating the folder and the file); DriverLocked when another process holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Take the lock (creating the folder and the file); DriverLocked when another process holds
+        it, or when the folder or the file cannot be made or opened (naming the path and why)."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:  # read-only, not a directory, no permission
+            raise DriverLocked(f"{error.filename or self.path}: cannot lock the plugin directory: "
+                               f"{error.strerror or error}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

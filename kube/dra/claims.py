@@ -36,7 +36,8 @@ class ClaimError(ValueError):
 
 
 class ClaimReadError(Exception):
-    """The API server could not be asked or refused to answer (not a 404); prepare fails, the kubelet retries."""
+    """The API server could not be asked or refused to answer (any error but a 404 naming the claim
+    NotFound); prepare fails, the kubelet retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +79,14 @@ class OpaqueEntry:
 
 @dataclass(frozen=True, slots=True)
 class AllocatedClaim:
-    uid: str
     results: tuple[Result, ...]
     configs: tuple[OpaqueEntry, ...]
 
 
 class ClaimReader(Protocol):
     async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ResourceClaim as JSON, None when there is none (404); ClaimReadError otherwise."""
+        """The ResourceClaim as JSON, None when there is none (a 404 whose Status names it
+        NotFound); ClaimReadError otherwise."""
         ...
 
 
@@ -148,7 +149,7 @@ def _parse(ref: ClaimRef, obj: dict[str, Any]) -> AllocatedClaim:
                                    parameters=opaque.get("parameters")))
     # Class entries first, then the claim's: the later one wins (a stable sort keeps each group's order).
     configs.sort(key=lambda entry: 0 if entry.source == "FromClass" else 1)
-    return AllocatedClaim(uid=ref.uid, results=tuple(results), configs=tuple(configs))
+    return AllocatedClaim(results=tuple(results), configs=tuple(configs))
 
 
 def config_for(claim: AllocatedClaim, result: Result, driver: str) -> tuple[int, OpaqueEntry] | None:
@@ -185,9 +186,10 @@ class KubernetesClaimReader:
                                                                 _request_timeout=READ_TIMEOUT_SECONDS)
             obj = json.loads(response.data)
         except ApiException as error:
-            if error.status == 404:
+            if error.status == 404 and _claim_not_found(error.body, name):
                 return None
-            raise ClaimReadError(f"GET ResourceClaim {namespace}/{name}: HTTP {error.status} {error.reason}") from None
+            raise ClaimReadError(f"GET ResourceClaim {namespace}/{name}: HTTP {error.status} {error.reason}"
+                                 f"{_message(error.body)}") from None
         except ValueError as error:  # not JSON
             raise ClaimReadError(f"GET ResourceClaim {namespace}/{name}: the answer is not JSON: {error}") from None
         except Exception as error:  # urllib3: refused, timed out, TLS; the client's own errors
@@ -196,3 +198,28 @@ class KubernetesClaimReader:
         if not isinstance(obj, dict):
             raise ClaimReadError(f"GET ResourceClaim {namespace}/{name}: the answer is not an object")
         return obj
+
+
+def _status_of(body: Any) -> dict[str, Any]:
+    """An error answer's body as a Status object ({} when it is not one)."""
+    try:
+        status = json.loads(body or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return status if isinstance(status, dict) and status.get("kind") == "Status" else {}
+
+
+def _claim_not_found(body: Any, name: str) -> bool:
+    """Whether a 404's body says that the ResourceClaim ``name`` does not exist: a Status with reason
+    NotFound naming it (details.name, details.kind "resourceclaims"). Any other 404 (an API server
+    that does not serve resource.k8s.io/v1: "the server could not find the requested resource", a
+    proxy's page) says nothing of the claim: it must not unprepare claims under running pods."""
+    status = _status_of(body)
+    details = status.get("details") or {}
+    return (status.get("reason") == "NotFound" and isinstance(details, dict)
+            and details.get("name") == name and details.get("kind") == "resourceclaims")
+
+
+def _message(body: Any) -> str:
+    message = _status_of(body).get("message")
+    return f": {' '.join(str(message).split())[:300]}" if message else ""

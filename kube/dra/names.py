@@ -38,14 +38,13 @@ _OWNER = re.compile(r"dra:(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 class DeviceName:
     """A published device name, parsed. ``kind`` is "gpu", "mig" or "nic"; ``gpu_index`` is set for
     "gpu" and "mig"; ``profile`` (the name's compact form: "1g10gb"), ``profile_id`` and ``start``
-    for "mig"; ``nic`` (the name's form: "mlx5-0") for "nic"."""
+    for "mig"."""
 
     kind: str
     gpu_index: int | None = None
     profile: str = ""
     profile_id: int | None = None
     start: int | None = None
-    nic: str = ""
 
 
 def compact_profile(profile: str) -> str:
@@ -79,8 +78,8 @@ def parse_device_name(name: str) -> DeviceName | None:
     if match := _MIG.fullmatch(name):
         return DeviceName("mig", gpu_index=int(match["index"]), profile=match["profile"],
                           profile_id=int(match["profile_id"]), start=int(match["start"]))
-    if match := _NIC.fullmatch(name):
-        return DeviceName("nic", nic=match["name"])
+    if _NIC.fullmatch(name):
+        return DeviceName("nic")
     return None
 
 

@@ -23,10 +23,14 @@ Unprepare deletes every agent slice whose owner is the claim's (``names.parse_ow
 ``dra.unprepare.slice_deleted``), the claim's CDI spec (``cdi_removed``), then its entry (``dropped``).
 A claim known nowhere is a success. When the agent cannot be reached and the checkpoint does not
 know the claim, that is a success too: ``sweep`` (at start, and with every cleanup round) deletes
-the slices of claims the checkpoint does not know.
+the slices of claims the checkpoint does not know. The agent's slices are read as GetNode, then
+ListSlices only when ``slicer_enabled``: with the slicer off there are none (ListSlices answers
+UNAVAILABLE then), so unprepare, rollback and sweep go on with an empty list.
 
 One asyncio lock serialises every call (as the Go helper's ``Serialize`` does); the service holds
-the plugin directory's flock, so no second driver writes the same checkpoint.
+the plugin directory's flock, so no second driver writes the same checkpoint. The checkpoint and
+the CDI specs are written (fsync included) in a thread, under that lock: the event loop answers the
+kubelet's other calls and the registration socket meanwhile.
 """
 
 from __future__ import annotations
@@ -146,26 +150,33 @@ class ClaimPreparer:
                                position=p.result.position, kind=p.kind, share_id=p.result.share_id or "",
                                cdi_ids=(device_id(ref.uid, p.result.device),) if p.kind == "nic" else p.cdi_ids)
                    for p in planned]
-        self.checkpoint.put(ref.uid, ClaimEntry(ref.namespace, ref.name, STARTED, tuple(devices)))
+        await asyncio.to_thread(self.checkpoint.put, ref.uid, ClaimEntry(ref.namespace, ref.name, STARTED, tuple(devices)))
         failpoint("dra.prepare.started")
         makes = [(p, d) for p, d in zip(planned, devices, strict=True) if p.makes_slice]
         if makes:
-            owned = self._owned(ref.uid, await self.agent.list_slices())
+            owned = self._owned(ref.uid, await self._agent_slices())
             for p, device in makes:
                 made = await self._ensure_slice(ref, p, owned.get(p.result.position, []))
-                self.checkpoint.update_device(ref.uid, replace(device, slice_id=made.id, cdi_ids=(made.cdi_device,)))
+                await asyncio.to_thread(self.checkpoint.update_device, ref.uid,
+                                        replace(device, slice_id=made.id, cdi_ids=(made.cdi_device,)))
                 failpoint("dra.prepare.slice_recorded")
             await self._delete_doubles(ref)
         nics = [NicDevice(p.result.device, p.nic, p.device_nodes) for p in planned if p.kind == "nic"]
         if nics:
-            write_claim_spec(self.config.cdi_dir, ref.uid, nics)
+            await asyncio.to_thread(write_claim_spec, self.config.cdi_dir, ref.uid, nics)
             failpoint("dra.prepare.cdi_written")
         entry = self.checkpoint.claims[ref.uid]
-        self.checkpoint.put(ref.uid, replace(entry, state=COMPLETED))
+        await asyncio.to_thread(self.checkpoint.put, ref.uid, replace(entry, state=COMPLETED))
         failpoint("dra.prepare.completed")
         log.info("prepared %s: %s", ref, ", ".join(f"{d.device} -> {' '.join(d.cdi_ids) or 'no CDI device'}"
                                                    for d in entry.devices) or "no device of this driver")
         return entry.devices
+
+    async def _agent_slices(self) -> list[slice_pb2.Slice]:
+        """Every agent slice; none when the agent's slicer is off (its ListSlices then answers
+        UNAVAILABLE, and no slice can exist). UnixRpcError when the agent cannot be asked."""
+        node = await self.agent.get_node()
+        return await self.agent.list_slices() if node.slicer_enabled else []
 
     @staticmethod
     def _owned(uid: str, slices: Sequence[slice_pb2.Slice]) -> dict[int, list[slice_pb2.Slice]]:
@@ -201,7 +212,7 @@ class ClaimPreparer:
         """Delete the claim's slices the checkpoint does not record: a CreateSlice the agent carried
         out twice (the client tries a call again once when the channel broke under it)."""
         recorded = {device.slice_id for device in self.checkpoint.claims[ref.uid].devices}
-        for made in [s for group in self._owned(ref.uid, await self.agent.list_slices()).values() for s in group]:
+        for made in [s for group in self._owned(ref.uid, await self._agent_slices()).values() for s in group]:
             if made.id not in recorded:
                 log.warning("%s: deleting slice %s: a second slice for one device", ref, made.id)
                 await self._delete_slice(made.id)
@@ -242,21 +253,20 @@ class ClaimPreparer:
         """Delete claim ``uid``'s slices, its CDI spec, then its entry. Without ``need_agent``, an
         agent that cannot be reached is no error (``sweep`` deletes what it holds later)."""
         try:
-            slices = await self.agent.list_slices()
+            slices = await self._agent_slices()
         except UnixRpcError:
             if need_agent:
                 raise
             slices = []
-        for made in slices:
-            owner = parse_owner_id(made.owner.owner_id)
-            if owner is not None and owner[0] == uid:
+        for group in self._owned(uid, slices).values():
+            for made in group:
                 await self._delete_slice(made.id)
                 failpoint("dra.unprepare.slice_deleted")
-        if remove_claim_spec(self.config.cdi_dir, uid):
+        if await asyncio.to_thread(remove_claim_spec, self.config.cdi_dir, uid):
             failpoint("dra.unprepare.cdi_removed")
         if uid in self.checkpoint.claims:
             entry = self.checkpoint.claims[uid]
-            self.checkpoint.drop(uid)
+            await asyncio.to_thread(self.checkpoint.drop, uid)
             failpoint("dra.unprepare.dropped")
             log.info("unprepared claim %s/%s (%s)", entry.namespace, entry.name, uid)
 
@@ -264,10 +274,10 @@ class ClaimPreparer:
     async def sweep(self) -> int:
         """Delete agent slices owned by claims the checkpoint does not know (a lost checkpoint, an
         unprepare done while the agent was away); the number deleted. UnixRpcError when the agent
-        cannot list."""
+        cannot be asked."""
         async with self.lock:
             deleted = 0
-            for made in await self.agent.list_slices():
+            for made in await self._agent_slices():
                 owner = parse_owner_id(made.owner.owner_id)
                 if owner is not None and owner[0] not in self.checkpoint.claims:
                     log.info("deleting slice %s of claim %s: no prepared claim holds it", made.id, owner[0])
@@ -279,7 +289,9 @@ class ClaimPreparer:
         """Unprepare the checkpoint's claims whose ResourceClaim is gone (404) or was made again
         (another uid); the number unprepared. ClaimReadError when the API server cannot be asked."""
         gone = 0
-        for uid, entry in sorted(self.checkpoint.claims.items()):
+        async with self.lock:  # the checkpoint changes in a writing thread only under the lock
+            claims = sorted(self.checkpoint.claims.items())
+        for uid, entry in claims:
             obj = await self.reader.read(entry.namespace, entry.name)
             if obj is not None and (obj.get("metadata") or {}).get("uid") == uid:
                 continue

@@ -4,7 +4,8 @@ At start it reads the API server's version (``GET /version``: it picks the slice
 resourceslices.py) and the Node's uid (the slices' owner), then publishes; after that it reads the
 agent every ``publish_interval_seconds`` (or at once after ``wake()``) and writes only when what it
 would publish changed, or every ``RESYNC_SECONDS`` to repair slices changed or deleted by others
-(the kubelet wipes a driver's slices when it goes away). The version and the Node's uid are read
+(the kubelet wipes a driver's slices when it goes away), and at once after ``resync_now()`` (the
+service calls it when the kubelet registers the driver again). The version and the Node's uid are read
 again with every resync (and every retry after a failure): a control plane upgraded from 1.34 to
 1.35 gets the split layout within a minute, not at the driver's next restart, and a Node deleted
 and made again (the garbage collector deletes slices owned by the old uid) gets slices owned by
@@ -24,7 +25,8 @@ again: what the server answered to the last write stands for what was sent.
 
 Errors of the agent or the API server never end ``run``: they are logged on the first failure
 and on recovery, and retried after ``publish_interval_seconds`` doubled per failure in a row, up
-to ``BACKOFF_MAX_SECONDS``. The ``kubernetes`` client is synchronous: its calls run in a thread.
+to ``BACKOFF_MAX_SECONDS``. The ``kubernetes`` client is synchronous: its calls run in a thread,
+each with a deadline (``REQUEST_TIMEOUT_SECONDS``: connect, read).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ __all__ = ["Publisher", "Snapshot"]
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0  # how often the slices are listed even when the agent's answer did not change
+#: Deadline of every request to the API server, in seconds: (to connect, to read the answer). A
+#: connection left half-open (the server or a proxy gone without a reset) then fails the round,
+#: which is retried, instead of stalling publishing for good (a GPU fallen off the bus stays published).
+REQUEST_TIMEOUT_SECONDS = (5.0, 15.0)
 BACKOFF_MAX_SECONDS = 60.0  # the longest wait between two tries after failures
 
 Snapshot = Callable[[], Awaitable[tuple[node_pb2.Node, node_pb2.Topology, list[slice_pb2.Slice]]]]
@@ -66,7 +72,8 @@ def _fields(value: Any) -> set[str]:
 class Publisher:
     """The node's pool of ResourceSlices, kept current from the agent (see the module doc)."""
 
-    def __init__(self, api_client: Any, snapshot: Snapshot, config: DraConfig) -> None:
+    def __init__(self, api_client: Any, snapshot: Snapshot, config: DraConfig,
+                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> None:
         from kubernetes import client
 
         self._resource = client.ResourceV1Api(api_client)
@@ -75,6 +82,7 @@ class Publisher:
         self._snapshot = snapshot
         self._driver, self._node = config.driver_name, config.node_name
         self._interval = config.publish_interval_seconds
+        self._request_timeout = request_timeout
         self._split: bool | None = None
         self._node_uid = ""
         self._generation = 0  # the highest pool generation this process wrote
@@ -89,6 +97,12 @@ class Publisher:
 
     def wake(self) -> None:
         """Read the agent now instead of at the next interval (the agent announced a change)."""
+        self._wake.set()
+
+    def resync_now(self) -> None:
+        """List and repair the pool now, even when the agent's answer did not change (the kubelet
+        registered the driver again: a restarted kubelet deletes its node's slices)."""
+        self._synced_at = float("-inf")
         self._wake.set()
 
     async def run(self) -> None:
@@ -139,7 +153,7 @@ class Publisher:
 
     async def _layout(self) -> bool:
         """Whether the API server (``GET /version``) wants the split layout; logged when that changes."""
-        version = await asyncio.to_thread(self._version_api.get_code)
+        version = await asyncio.to_thread(self._version_api.get_code, _request_timeout=self._request_timeout)
         split = split_layout(version.git_version or "")
         if split != self._split:
             log.info("API server %s: %s ResourceSlice layout", version.git_version,
@@ -156,7 +170,8 @@ class Publisher:
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """``method`` in a thread, its answer as JSON (not the client's models, which know only
         the fields of the client's release)."""
-        response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+        response = await asyncio.to_thread(method, *args, _preload_content=False,
+                                           _request_timeout=self._request_timeout, **kwargs)
         answer: dict[str, Any] = json.loads(response.data or b"{}")
         return answer
 

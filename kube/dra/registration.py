@@ -9,13 +9,16 @@ dra.sock>, supported_versions: ["v1.DRAPlugin", "v1beta1.DRAPlugin"]}``, the ser
 dra.sock as "<gRPC package's last element>.<service>" (k8s.io/kubelet pkg/apis/dra/v1/types.go).
 
 The outcome is recorded (``registered``, ``error``) and logged on every change: a refusal as an
-error carrying the kubelet's reason. Removing the socket deregisters the driver.
+error carrying the kubelet's reason. Every successful registration also calls ``on_registered``
+(the service republishes at once: a kubelet deletes its node's ResourceSlices when it starts, then
+registers the driver again). Removing the socket deregisters the driver.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import grpc.aio
 
@@ -46,8 +49,10 @@ class _RegistrationServicer(api_pb2_grpc.RegistrationServicer):
 class RegistrationServer(UnixGrpcServer):
     """The registration socket: serves GetInfo and records NotifyRegistrationStatus."""
 
-    def __init__(self, socket_path: str, driver_name: str, dra_socket: str) -> None:
+    def __init__(self, socket_path: str, driver_name: str, dra_socket: str,
+                 on_registered: Callable[[], None] | None = None) -> None:
         super().__init__(socket_path)
+        self._on_registered = on_registered
         self.info = api_pb2.PluginInfo(type=PLUGIN_TYPE, name=driver_name, endpoint=os.path.abspath(dra_socket),
                                        supported_versions=list(SUPPORTED_VERSIONS))
         self.registered: bool | None = None  # None until the kubelet said
@@ -62,6 +67,8 @@ class RegistrationServer(UnixGrpcServer):
         changed = (registered, error) != (self.registered, self.error)
         self.registered, self.error = registered, error
         self.notifications += 1
+        if registered and self._on_registered is not None:
+            self._on_registered()  # every time: a restarted kubelet registers again, having deleted the slices
         if not changed:
             return
         if registered:

@@ -7,9 +7,10 @@ Neither the agent nor the API server is needed to start: each part that needs th
 own, with backoff (``retry_delay``: the publish interval doubled per failure in a row, at most
 ``BACKOFF_MAX_SECONDS``), logging the first failure and the recovery:
 
-- ``clean``: the first ``sweep`` (agent slices of claims the checkpoint does not know) retried
-  until the agent answers; then every ``cleanup_interval_seconds`` the claims whose ResourceClaim
-  is gone are unprepared and the sweep runs again;
+- ``clean``: every ``cleanup_interval_seconds`` a ``sweep`` (agent slices of claims the checkpoint
+  does not know; none when the agent's slicer is off), then the claims whose ResourceClaim is gone
+  are unprepared. A sweep that fails (the agent away) does not hold up the unprepare; it is tried
+  again after ``retry_delay`` until it works;
 - the publisher (``publisher.Publisher``: ResourceSlices from the agent's node), only with an API
   client, built in a thread (the kubernetes client's modules take a second or more to import);
   woken by every change the agent's WatchSlices stream announces;
@@ -19,7 +20,9 @@ own, with backoff (``retry_delay``: the publish interval doubled per failure in 
 Each of these runs supervised: an exception no one expected is logged with its traceback and the
 part restarts after a backoff; prepare and unprepare, served by dra.sock, go on meanwhile. A socket
 that cannot be served ``START_ATTEMPTS`` times in a row ends ``run`` with ``PluginSocketError``.
-On cancellation the registration socket goes first (the kubelet deregisters the driver), then dra.sock.
+On cancellation the registration socket goes first (the kubelet deregisters the driver), then dra.sock,
+which takes no new call but lets a prepare or unprepare in flight finish, for up to
+``agent_timeout_seconds`` (the DaemonSet's terminationGracePeriodSeconds leaves the time for it).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
 from runtimekit.grpc_unix import UnixGrpcServer, UnixRpcError
 
-from ..agentclient import AgentClient
+from ..agentclient import AgentClient, AgentUnavailable
 from .checkpoint import Checkpoint, DirectoryLock
 from .claims import ClaimReader, ClaimReadError, KubernetesClaimReader
 from .config import DraConfig
@@ -80,10 +83,12 @@ class DraService:
         self.lock = DirectoryLock(config.lock_path)
         self.preparer: ClaimPreparer | None = None
         self.plugin: DraPluginServer | None = None
-        self.registration = RegistrationServer(config.registration_socket, config.driver_name, config.dra_socket)
+        self.registration = RegistrationServer(config.registration_socket, config.driver_name, config.dra_socket,
+                                               on_registered=self._registered)
         self.publisher: Any = None
         self._served: dict[str, tuple[int, int] | None] = {}
         self._start_failures: dict[str, int] = {}
+        self._without_topology = False  # the last GetTopology answered UNAVAILABLE
 
     def retry_delay(self, failures: int) -> float:
         return min(self.config.publish_interval_seconds * 2 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
@@ -115,8 +120,8 @@ class DraService:
     async def close(self) -> None:
         for server in (self.registration, self.plugin):
             if server is not None:
-                try:
-                    await server.stop()
+                try:  # a prepare or unprepare in flight on dra.sock finishes: its agent calls' deadline
+                    await server.stop(self.config.agent_timeout_seconds if server is self.plugin else None)
                 except OSError as error:  # another file in the socket's place: left alone
                     log.warning("%s: %s", server.socket_path, error)
         await self.agent.close()
@@ -124,11 +129,32 @@ class DraService:
         self.lock.release()
 
     async def snapshot(self) -> tuple[node_pb2.Node, node_pb2.Topology, list[slice_pb2.Slice]]:
-        """What the publisher publishes from: GetNode, GetTopology, ListSlices (none when the slicer is off)."""
+        """What the publisher publishes from: GetNode, GetTopology, ListSlices (none when the slicer
+        is off). A GetTopology that answers UNAVAILABLE (the agent's ``topology.enabled`` false, or
+        its first discovery not done) stands for an empty topology: the GPUs are published without
+        their place attributes, each its own NVLink domain, and no NIC; logged when that starts and ends."""
         node = await self.publisher_agent.get_node()
-        topology = await self.publisher_agent.get_topology()
+        try:
+            topology = await self.publisher_agent.get_topology()
+        except AgentUnavailable as error:
+            if error.code != "UNAVAILABLE":  # no answer in time: this round fails, as any other call's
+                raise
+            if not self._without_topology:
+                log.warning("publishing without the node's topology (no place attributes, no NICs): %s", error)
+            self._without_topology = True
+            topology = node_pb2.Topology()
+        else:
+            if self._without_topology:
+                log.info("the agent answers GetTopology again: publishing with the node's topology")
+            self._without_topology = False
         slices = await self.publisher_agent.list_slices() if node.slicer_enabled else []
         return node, topology, slices
+
+    def _registered(self) -> None:
+        """The kubelet registered the driver (again): republish at once, as a kubelet that started
+        deleted this node's ResourceSlices."""
+        if self.publisher is not None:
+            self.publisher.resync_now()
 
     # -- sockets -----------------------------------------------------------------------------------
     async def _ensure_served(self, server: UnixGrpcServer) -> None:
@@ -168,27 +194,24 @@ class DraService:
     async def _clean(self) -> None:
         preparer = self.preparer
         assert preparer is not None
-        failures = 0
-        while True:  # the first sweep: retried until the agent answers
+        failures = 0  # sweeps failed in a row: until one works, the next comes after retry_delay
+        while True:
             try:
                 swept = await preparer.sweep()
-                break
             except UnixRpcError as error:
                 failures += 1
                 if failures == 1:
-                    log.warning("cannot look for leftover slices yet, will retry: %s", error)
-                await asyncio.sleep(self.retry_delay(failures))
-        log.info("leftover slices deleted at start: %d%s", swept, f" (after {failures} tries)" if failures else "")
-        while True:
+                    log.warning("cannot look for leftover slices now, will retry: %s", error)
+            else:
+                if swept or failures:
+                    log.info("leftover slices deleted: %d%s", swept, f" (after {failures} failed tries)" if failures else "")
+                failures = 0
             try:
                 await preparer.unprepare_gone()
             except (ClaimReadError, UnixRpcError) as error:
                 log.warning("cannot check the prepared claims against the API server now: %s", error)
-            await asyncio.sleep(self.config.cleanup_interval_seconds)
-            try:
-                await preparer.sweep()
-            except UnixRpcError as error:
-                log.warning("cannot look for leftover slices now: %s", error)
+            await asyncio.sleep(min(self.retry_delay(failures), self.config.cleanup_interval_seconds) if failures
+                                else self.config.cleanup_interval_seconds)
 
     async def _publish(self) -> None:
         if self.publisher is None:

@@ -84,3 +84,11 @@ def test_a_checkpoint_this_version_cannot_read_exits_1(tmp_path: Path, capsys: p
     assert err.strip() == (f"runtimekit: cannot read the checkpoint: {tmp_path}/plugin/checkpoint.json: version 2, "
                            "this driver reads version 1 only")
     assert not (tmp_path / "registry").exists() or list((tmp_path / "registry").iterdir()) == []  # never registered
+
+
+def test_a_plugin_directory_that_cannot_be_made_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    (tmp_path / "plugin").write_text("a file where the directory should be")
+    code, err = run(capsys, "--config", str(config))
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"runtimekit: {tmp_path}/plugin") and "cannot lock the plugin directory" in err, err
