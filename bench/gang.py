@@ -2,7 +2,7 @@
 """Gang placement benchmark: the placer (kube/gang/placer.py) against independent per-pod
 first-fit and a Kueue-style BestFit, on clusters of 4,096 and 16,384 nodes, in one process.
 
-Clusters (bench/gang_cluster.py): nodes of 8 GPUs and 8 RDMA NICs (2 on each of 4 PCIe roots);
+Clusters (bench/support/gang_cluster.py): nodes of 8 GPUs and 8 RDMA NICs (2 on each of 4 PCIe roots);
 three tiers, blocks of 1,024 nodes, spines of 128, leaves of 16 (``--block``, ``--spine``,
 ``--leaf``), under Topograph's labels; nodes listed leaf by leaf (first-fit's order). Every node
 is an HGX server (one NVLink group of 8), so counting a node's free GPUs as one number, as the
@@ -60,8 +60,10 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from gang_cluster import ClusterShape, FirstFit, Gang, KueueBestFit, Mapping_, Replay
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # the benchmarks' shared modules, not benchmarks
+from gang_cluster import ClusterShape, FirstFit, Gang, KueueBestFit, Mapping_, Replay  # noqa: E402
 
 from runtimekit.kube.gang.network import PRESETS, Tiers
 from runtimekit.kube.gang.offer import Offer

@@ -16,7 +16,7 @@ FIELDS = ("violations", "at_lower_bound", "placed", "leaves", "frag_leaf")
 
 
 def bench_cluster() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gang_cluster", ROOT / "bench" / "gang_cluster.py")
+    spec = importlib.util.spec_from_file_location("gang_cluster", ROOT / "bench" / "support" / "gang_cluster.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while they are made
