@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from runtimekit import __version__
 from runtimekit import config as config_module
 from runtimekit._compat import UnsupportedVersion, check_versions
+from runtimekit.gc_tuning import tuned_for_serving
 from runtimekit.slicer.journal import Journal, JournalError
 from runtimekit.state.topology import Topology
 from runtimekit.state_dir import check_state_dir, lock_state_dir
@@ -204,7 +205,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     registrations = [simulation.registration()] if simulation is not None else []
     code = 0
     try:
-        asyncio.run(service.serve(config, registrations))
+        with tuned_for_serving():
+            asyncio.run(service.serve(config, registrations))
     except OSError as error:  # the port is taken, say
         logging.getLogger("runtimekit").error("cannot serve on %s: %s", config.listen, error.strerror or error)
         code = 1

@@ -78,6 +78,7 @@ class Slicer:
         self._profiles = ProfileCache()
         self._cards: dict[int, Card] = {}
         self._table = SliceTable()
+        self._published = False  # the table has been published at least once
         self._orphans: Grace[OrphanKey] = Grace(config.orphan_grace_seconds)
         self._owners = OwnerWatch(config.owner_grace_seconds, config.owner_start_seconds)
         self._recovered = False
@@ -321,7 +322,9 @@ class Slicer:
 
     # ---- the table -------------------------------------------------------------------------
     def _publish(self, refresh: bool = False) -> None:
-        """Publish the slice table (the cards re-read first when ``refresh``)."""
+        """Publish the slice table (the cards re-read first when ``refresh``) if it changed: the
+        reconciler passes every few seconds, and a new version of an unchanged table would only wake
+        every reader and make the rendered exposition stale."""
         books = self._books
         if books is None:
             return
@@ -333,8 +336,12 @@ class Slicer:
         records = list(books.records.values())
         slices = {r.id: self._slice(r) for r in records}
         devices = {i: device_info(c, records, self._config.memory_reserve_mib) for i, c in sorted(self._cards.items())}
-        self._table = SliceTable(MappingProxyType(slices), MappingProxyType(devices))
-        self._state.publish_slices(self._table)
+        table = SliceTable(MappingProxyType(slices), MappingProxyType(devices))
+        if self._published and table == self._table:
+            return
+        self._published = True
+        self._table = table
+        self._state.publish_slices(table)
 
     def _slice(self, record: Record) -> Slice:
         card = next((c for c in self._cards.values() if c.gpu.uuid == record.gpu_uuid), None)

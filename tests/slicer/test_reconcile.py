@@ -10,6 +10,7 @@ import pytest
 from runtimekit.attribution.types import AttributionSnapshot, DeviceAllocation, SourceStatus
 from runtimekit.attribution.types import Owner as PodOwner
 from runtimekit.slicer.journal import Journal, Record
+from runtimekit.state import SLICES
 from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import SliceRequest, SliceSpec
 
@@ -140,3 +141,17 @@ async def test_no_orphan_is_destroyed_while_the_kubelet_is_down(make_slicer) -> 
     state.publish_attribution(AttributionSnapshot(refreshed_at=0.0, sources=down))
     assert (await slicer.reconcile()).orphans_destroyed == ()
     assert [g.id for g in node.gpu_instances(0)] == [gi]
+
+
+async def test_a_pass_that_changes_nothing_publishes_nothing(rig) -> None:
+    """The reconciler passes every few seconds; a new version of an unchanged slice table would
+    wake every reader and make the rendered exposition stale (an extra render per scrape)."""
+    slicer, state, _ = rig
+    before = state.view().versions.get(SLICES, 0)
+    assert before > 0, "the table is published at start"
+    await slicer.reconcile()
+    await slicer.reconcile()
+    assert state.view().versions.get(SLICES, 0) == before
+    made = await slicer.create(SliceRequest(mode="tdm", compute=10, memory="1GiB", owner_id="me"))
+    assert state.view().versions.get(SLICES, 0) > before
+    assert made.id in state.view().slices.slices
