@@ -31,7 +31,10 @@ from rendered import (
 
 INSTALLATIONS = installations()
 KUBERNETES_VERSION = latest_version()
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass", "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}
 # host paths a container may write: (workload, mountPath). Everything else from the node is read-only.
 WRITABLE_HOST_PATHS = {
     ("runtimekit-agent", "/var/lib/runtimekit"),  # state: health, slice journal, the API socket
@@ -193,6 +196,8 @@ def test_every_reference_resolves(name):
         for subject in binding["subjects"]:
             service_accounts = [d for d in docs if d["metadata"].get("namespace") == subject["namespace"]]
             find(service_accounts, "ServiceAccount", subject["name"])
+    for binding in (d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"):
+        find(docs, "ValidatingAdmissionPolicy", binding["spec"]["policyName"])
 
 
 @by_installation

@@ -9,7 +9,8 @@ with the strict schema of its release, kubernetes-validate, and the Go validatio
   ``resource.kubernetes.io/pcieRoot`` with its own NIC (the scenario's table), so the four-GPUs-
   four-NICs example (deploy/examples/gpus-with-nics.yaml) can be allocated; XID 79 on one GPU
   (fallen off the bus) withdraws it at a higher pool generation, and a simulated reboot brings
-  it back. Every request the driver made is one its shipped ClusterRole grants.
+  it back. Every request the driver made is one its shipped ClusterRole grants, and every slice it
+  wrote one its shipped admission policy lets it create, update and delete.
 - **DGX A100** (GPUs 0 and 1 start in MIG mode): every placement of every profile GetNode lists
   is published, consuming its memory-slice counters of the GPU's counter set, in the layout of
   the API server's release (1.34: counters beside the devices; 1.35: in their own slice).
@@ -39,6 +40,7 @@ from runtimekit.kube.dra.service import DraService
 from runtimekit.kube.kubeclient import api_client
 from runtimekit.sim import load_scenario
 from tests.agent_process import ROOT, Agent, start_agent
+from tests.dra.admission_policy import admit, request
 from tests.kube_fake_resource import FakeResourceApi
 from tests.kube_fakes import serve
 from tests.kube_resource_validation import pool_problems, schema_errors, slice_errors
@@ -175,6 +177,16 @@ def assert_role_allows(requests: list[tuple[str, str]]) -> None:
     assert asked - granted == set() and ("resource.k8s.io", "resourceslices", "delete") in asked
 
 
+def assert_policy_admits(slices: dict[str, dict[str, Any]]) -> None:
+    """Every slice the driver wrote, the shipped admission policy lets the driver on NODE create,
+    update and delete (deploy/kubernetes/dra/admission-policy.yaml: its own node's slices only)."""
+    assert slices
+    for body in slices.values():
+        for operation, objects in (("CREATE", {"new": body}), ("UPDATE", {"old": body, "new": body}), ("DELETE", {"old": body})):
+            denied = admit(request(operation, node=NODE, **objects))
+            assert denied is None, f"{operation} {body['metadata']['name']}: {denied}"
+
+
 # -- the four-GPUs-four-NICs example, allocated as the scheduler would ----------------------------
 
 def class_types() -> dict[str, str]:
@@ -276,6 +288,7 @@ async def test_dgx_h100_gpus_and_nics_are_published_withdrawn_on_xid_79_and_back
         assert_gpu_attributes(r.devices()[f"gpu-{XID_GPU}"], node.devices[XID_GPU],
                               {place.ref.index: place for place in topology.devices}[XID_GPU])
         assert_role_allows(r.api.requests)
+        assert_policy_admits(r.api.slices)
 
 
 @pytest.mark.parametrize("version", ["v1.34.0", "v1.35.0"])
@@ -320,3 +333,4 @@ async def test_dgx_a100_mig_gpus_publish_every_placement_with_counters(short_dir
                 assert "devices" not in item["spec"]
             else:  # counters beside their GPU's devices
                 assert {device["name"] for device in item["spec"]["devices"]} == set(wanted)
+        assert_policy_admits(r.api.slices)
