@@ -20,6 +20,10 @@ So, for as long as the agent serves:
   Cyclic garbage then waits longer to be freed: at most that many container objects (a few MB)
   between collections. The older generations keep their default ratios.
 
+Measured after the change, in the same setting over 19 minutes: no collection ran at all after
+start-up (the agent's steady-state allocations are freed as fast as they are made, so the net
+count never reaches the threshold), and the resident memory stayed at 113 MB.
+
 Source: the ``gc`` module's documentation (``set_threshold``, ``freeze``) and CPython's
 ``Modules/gcmodule.c`` (3.11), which counts net allocations of container objects per generation.
 The benchmark that shows the effect is ``bench/scrape.py`` (README, Performance).
