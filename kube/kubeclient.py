@@ -4,8 +4,8 @@
 when ``kubeconfig`` is None, the pod's service account (in-cluster: KUBERNETES_SERVICE_HOST and
 /var/run/secrets/kubernetes.io/serviceaccount), at once, so a set-up mistake is found before a
 service starts. Every mistake is a ``ClusterAccessError`` whose message names the configuration
-key (``kubernetes.kubeconfig``, ``kubernetes.context``: the key both the remediation service and the
-DRA driver use) and the rule, in one line.
+key (``kubernetes.kubeconfig``, ``kubernetes.context``: the section ``KubernetesConfig`` that every
+container-layer service's configuration has) and the rule, in one line.
 
 The ``kubernetes`` package (the ``kube`` extra) is imported inside the function only, so importing
 this module never loads it. Source: kubernetes-client/python ``config.load_kube_config`` and
@@ -14,10 +14,22 @@ this module never loads it. Source: kubernetes-client/python ``config.load_kube_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ClusterAccessError", "api_client"]
+from runtimekit.schema import setting
+
+__all__ = ["ClusterAccessError", "KubernetesConfig", "api_client"]
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesConfig:
+    """How the service reaches the Kubernetes API server: a kubeconfig file and context, or the pod's
+    service account when kubeconfig is null. The same section in every container-layer service."""
+
+    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
+    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 class ClusterAccessError(Exception):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
 
 from .names import mig_resource, node_name_problem, resource_name_problem
@@ -59,14 +60,6 @@ class OfferAnnotationConfig:
         60.0, "how often the Node's annotation is read back and written again when it differs (someone changed "
         "or removed it)", between(1, 86400),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class KubernetesConfig:
-    """How the plugin reaches the API server (only with offer_annotation.enabled: its own Node read and patched)."""
-
-    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
-    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 @dataclass(frozen=True, slots=True)

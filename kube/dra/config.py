@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import REQUIRED, ConfigError, Key, between, build, resolve, schema_of, section, setting
 
 #: The agent's API socket when its state directory is the default one (docs/api.md).
@@ -56,14 +57,6 @@ def _cdi_kind(value: str) -> str | None:
     if not slash or not _SUBDOMAIN.fullmatch(vendor) or not _CDI_CLASS.fullmatch(cdi_class):
         return "a CDI kind is VENDOR/CLASS: a DNS subdomain, then 1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric"
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class KubernetesConfig:
-    """How the driver reaches the API server (ResourceClaims read, ResourceSlices written)."""
-
-    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
-    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 @dataclass(frozen=True, slots=True)

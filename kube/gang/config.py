@@ -22,6 +22,7 @@ from typing import Any
 
 from runtimekit.config import ListenerConfig
 from runtimekit.kube.deviceplugin.names import resource_name_problem
+from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .network import PRESETS, Tiers, label_key_problem
@@ -55,14 +56,6 @@ def _tier_keys(values: list[Any] | tuple[Any, ...]) -> str | None:
 
 def _device_class(value: str) -> str | None:
     return None if len(value) <= 253 and _SUBDOMAIN.fullmatch(value) else "a DeviceClass name is a DNS subdomain"
-
-
-@dataclass(frozen=True, slots=True)
-class KubernetesConfig:
-    """How the service reaches the API server."""
-
-    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
-    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 @dataclass(frozen=True, slots=True)

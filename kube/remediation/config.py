@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.config import ListenerConfig, check_web_config_file
+from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
@@ -52,12 +53,6 @@ class DrainConfig:
     timeout_seconds: float = setting(
         300.0, "the drain step fails if pods are still blocked after this long", between(0, 86400)
     )
-
-
-@dataclass(frozen=True, slots=True)
-class KubernetesConfig:
-    kubeconfig: str | None = setting(None, "kubeconfig file (None: in-cluster service account)")
-    context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 
 @dataclass(frozen=True, slots=True)
