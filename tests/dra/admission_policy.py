@@ -1,8 +1,8 @@
-"""The DRA driver's ValidatingAdmissionPolicy (deploy/kubernetes/dra/admission-policy.yaml),
-played as the API server plays it, for the tests.
+"""The DRA driver's ValidatingAdmissionPolicy (deploy/kubernetes/dra/admission-policy.yaml) for
+the tests.
 
-A real API server cannot run here, so its admission step is played as the API server plays it
-(k8s.io/apiserver's validating admission policy plugin): the policy applies to a request its
+A real API server cannot run here, so ``admit`` plays its admission step as k8s.io/apiserver's
+validating admission policy plugin does: the policy applies to a request its
 match constraints and all its match conditions accept; its variables are evaluated, then every
 validation, and the first that is false denies the request with its message (messageExpression
 first). The expressions are the shipped ones, evaluated by a CEL implementation
