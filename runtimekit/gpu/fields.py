@@ -7,8 +7,9 @@ link number as ``scopeId``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import pynvml
 
@@ -20,6 +21,9 @@ PCIE_TX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES  # bytes since driver loa
 PCIE_RX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT  # links the device has
 RECOVERY_ACTION = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION  # what the driver asks for (with XID 154)
+# Data CRC errors summed over every link, counter: while it stands still, no link's count moved
+# (the per-link counts have no field for links past 11: ``errors.read_nvlinks`` reads them).
+CRC_DATA_TOTAL = pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
 
 # Link-scoped fields (scopeId = link), read every cycle for every link.
 LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # 1 = active
@@ -29,7 +33,7 @@ LINK_CRC_FLIT = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC  # RX flow-control digit 
 LINK_TX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX  # payload KiB, counter
 LINK_RX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 
-DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES, RECOVERY_ACTION)
+DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES, RECOVERY_ACTION, CRC_DATA_TOTAL)
 
 # nvmlDeviceGpuRecoveryAction_t (nvml.h) -> the names GpuSnapshot.recovery_action uses.
 RECOVERY_ACTIONS = {
@@ -44,23 +48,15 @@ RECOVERY_ACTIONS = {
 }
 LINK_FIELDS = (LINK_STATE, LINK_REPLAY, LINK_RECOVERY, LINK_CRC_FLIT, LINK_TX_KIB, LINK_RX_KIB)
 
-_VALUE_MEMBER = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
 
-
-def request(link_count: int) -> list[Any]:
-    """The field list for one GPU: device fields, then every link field for every link."""
-    fields: list[Any] = list(DEVICE_FIELDS)
+@functools.lru_cache(maxsize=8)
+def request(link_count: int) -> tuple[int | tuple[int, int], ...]:
+    """The field list for one GPU: device fields, then every link field for every link (the same
+    tuple for the same link count, so the session builds its request array once)."""
+    fields: list[int | tuple[int, int]] = list(DEVICE_FIELDS)
     for link in range(link_count):
         fields.extend((field_id, link) for field_id in LINK_FIELDS)
-    return fields
+    return tuple(fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +69,17 @@ class FieldValues:
         return self.values.get((field_id, scope), NOT_SUPPORTED)
 
 
-def parse(answers: Any) -> FieldValues:
-    """Turn pynvml's c_nvmlFieldValue_t array into readings; a per-field error is Unavailable.
-
-    pynvml's structs convert bytes to str in a Python ``__getattribute__``; these fields hold no
-    text, so the plain object accessor reads the ctypes fields directly (~900 fields a cycle).
-    """
-    get = object.__getattribute__
+def parse(answers: Iterable[tuple[int, int, int, float | int | None]]) -> FieldValues:
+    """Turn the session's field-value rows (field id, scope id, nvmlReturn, value: ``nvml.py``)
+    into readings; a per-field error is Unavailable."""
     values: dict[tuple[int, int], Reading[float | int]] = {}
-    for answer in answers:
-        field_id, returned = get(answer, "fieldId"), get(answer, "nvmlReturn")
-        key = (field_id, get(answer, "scopeId"))
+    for field_id, scope, returned, value in answers:
         if returned == pynvml.NVML_SUCCESS:
-            member = _VALUE_MEMBER.get(get(answer, "valueType"))
-            values[key] = getattr(get(answer, "value"), member) if member else Unavailable("error", "unknown value type")
+            values[(field_id, scope)] = value if value is not None else Unavailable("error", "unknown value type")
         elif returned == pynvml.NVML_ERROR_NOT_SUPPORTED:
-            values[key] = NOT_SUPPORTED
+            values[(field_id, scope)] = NOT_SUPPORTED
         else:
-            values[key] = Unavailable("error", f"field {field_id}: NVML error {returned}")
+            values[(field_id, scope)] = Unavailable("error", f"field {field_id}: NVML error {returned}")
     return FieldValues(values)
 
 

@@ -248,9 +248,58 @@ def _process_utilization_rows(handle: Any, since_us: int) -> list[tuple[int, ...
     return _rows(pynvml.c_nvmlProcessUtilizationSample_t, array, count.value)
 
 
+# c_nvmlFieldValue_t: fieldId, scopeId, timestamp (µs), latencyUsec, valueType, nvmlReturn, then the
+# 8-byte value union, whose member valueType names (nvmlValueType_t, nvml.h).
+_FIELD_VALUE = struct.Struct("@IIqqII8s")
+_VALUE_UNION: dict[int, struct.Struct] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("@d"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: struct.Struct("@I"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: struct.Struct("@L"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: struct.Struct("@Q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: struct.Struct("@q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: struct.Struct("@i"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("@H"),
+}
+if _FIELD_VALUE.size != ctypes.sizeof(pynvml.c_nvmlFieldValue_t):
+    raise TypeError(f"c_nvmlFieldValue_t: layout differs from ctypes' ({_FIELD_VALUE.size} != "
+                    f"{ctypes.sizeof(pynvml.c_nvmlFieldValue_t)})")
+
+
+@functools.lru_cache(maxsize=64)
+def _field_request(field_ids: tuple[int | tuple[int, int], ...]) -> bytes:
+    """The request array's bytes (fieldId and scopeId set, the rest zero), built once per field list."""
+    array = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+    for position, field_id in enumerate(field_ids):
+        entry = array[position]
+        field, scope = field_id if isinstance(field_id, tuple) else (field_id, 0)
+        object.__setattr__(entry, "fieldId", field)
+        object.__setattr__(entry, "scopeId", scope)
+    return bytes(array)
+
+
+def _field_value_rows(handle: Any, field_ids: Sequence[int | tuple[int, int]]) -> list[tuple[int, int, int, Any]]:
+    """nvmlDeviceGetFieldValues as rows (field id, scope id, nvmlReturn, value): the value is the
+    union member ``valueType`` names, None for a field that failed or an unknown value type.
+
+    pynvml fills the request array one Python attribute at a time (~100 fields a GPU with 18
+    NVLinks); here it is copied from bytes built once per field list, and the answers unpacked in
+    one C-level pass."""
+    request = _field_request(tuple(field_ids))
+    count = len(field_ids)
+    array = (pynvml.c_nvmlFieldValue_t * count).from_buffer_copy(request)
+    function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    pynvml._nvmlCheckReturn(function(handle, ctypes.c_int32(count), ctypes.byref(array)))
+    rows = []
+    for field, scope, _, _, value_type, returned, raw in _FIELD_VALUE.iter_unpack(ctypes.string_at(array, len(request))):
+        union = _VALUE_UNION.get(value_type) if returned == pynvml.NVML_SUCCESS else None
+        rows.append((field, scope, returned, union.unpack_from(raw)[0] if union is not None else None))
+    return rows
+
+
 # For these symbols the session answers rows, not pynvml's objects (the names stay NVML's, so that
 # errors and log lines name the C function that failed).
-ROW_WRAPPERS: dict[str, Callable[..., list[tuple[int, ...]]]] = {
+ROW_WRAPPERS: dict[str, Callable[..., list[tuple[Any, ...]]]] = {
+    "nvmlDeviceGetFieldValues": _field_value_rows,
     **{symbol: _process_rows(symbol) for symbol in (
         "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
         "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
