@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from runtimekit.attribution.cgroup import CgroupIdentity
-from runtimekit.attribution.procfs import CLOCK_TICKS, PAGE_SIZE, ProcessInfo, ProcessReader
+from runtimekit.attribution.procfs import CLOCK_TICKS, PAGE_SIZE, ProcessInfo, ProcessReader, _read_small
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
 
@@ -312,3 +312,12 @@ def test_cost_per_process(tmp_path: Path) -> None:
     print(f"\nProcessReader: cached {cached:.1f} µs/process, uncached {uncached:.1f} µs/process")
     assert cached < uncached
     assert cached < 200  # generous: a slow CI box, not a benchmark
+
+
+def test_small_reads_return_whole_files_of_any_length(tmp_path):
+    for size in (0, 100, 4095, 4096, 4097, 70_000):
+        path = tmp_path / f"f{size}"
+        path.write_bytes(bytes(i % 251 for i in range(size)))
+        assert _read_small(str(path)) == path.read_bytes()
+    with pytest.raises(FileNotFoundError):
+        _read_small(str(tmp_path / "gone"))
