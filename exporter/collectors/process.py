@@ -58,10 +58,11 @@ class ProcessCollector(CardCollector):
             raise ValueError(f"process collector: cmdline must be true or false, got {cmdline!r}")
         self._cmdline = cmdline
         self._redact = CommandRedactor(cmdline_redact, cmdline_max_length)  # validated even when off
-        # Label values of the last render's rows, by what they are made of: the same tuples again
-        # for a row whose GPU, process and owner did not change (no string building, and the
-        # renderer finds their cached lines and unchanged families by cheap comparisons).
+        # Label values of the rows seen, by what they are made of (``_entries``).
         self._labels: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # The family rows each attribution row gave at the last render, by the row object (the
+        # attributor hands back the very same AttributedProcess for a process that did not change).
+        self._rows: dict[int, tuple[AttributedProcess, _Entries]] = {}
 
     def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         attribution = view.attribution
@@ -112,45 +113,39 @@ class ProcessCollector(CardCollector):
             f"The GPU process's command line, redacted and truncated; the value is always 1. {SAMPLED}",
             labels=list(PROCESS_LABELS),
         )
-        previous = self._labels
-        memo: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        labels_of, previous_rows = self._labels, self._rows
+        rows_memo: dict[int, tuple[AttributedProcess, _Entries]] = {}
         seen_rows: set[tuple[int, int]] = set()
         seen_pids: set[int] = set()
-        memory_rows, cpu_rows, resident_rows = memory.rows, cpu.rows, resident.rows
-        ratio_rows = [family.rows for family in ratios.values()]
+        per_gpu = (memory.rows, *(family.rows for family in ratios.values()))
+        per_process = (cpu.rows, resident.rows)
         for row in attribution.processes:
             # NVML lists a process with compute and graphics contexts ("C+G") twice: one series.
             if (row.gpu_index, row.pid) in seen_rows:
                 continue
             seen_rows.add((row.gpu_index, row.pid))
+            hit = previous_rows.get(id(row))
+            if hit is not None and hit[0] is row:  # the very row of the last render: the same entries
+                entries = hit[1]
+            else:
+                entries = _entries(row, labels_of)
+            rows_memo[id(row)] = (row, entries)
+            for rows, entry in zip(per_gpu, entries[0], strict=True):
+                if entry is not None:
+                    rows.append(entry)
             host = row.host
-            # What the labels are made of, as plain values (hashed in C: Owner and Unavailable are
-            # dataclasses whose __hash__ runs in Python). An Unavailable reading is "" in a label.
-            uuid, gi, ci, owner = row.gpu_uuid, row.gpu_instance_id, row.compute_instance_id, row.owner
-            identity = (row.gpu_index, row.pid, uuid if type(uuid) is str else "", gi if type(gi) is int else -1,
-                        ci if type(ci) is int else -1, host.name if host is not None else None,
-                        owner.namespace, owner.pod, owner.container)
-            known = previous.get(identity)
-            if known is None:
-                process = _process_labels(row)
-                labels = (str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id),
-                          text(row.compute_instance_id), *process)
-                known = (labels, process)
-            memo[identity] = known
-            labels, process = known
-            _add(memory_rows, labels, row.used_memory_bytes)
-            _add(ratio_rows[0], labels, row.sm_utilization)
-            _add(ratio_rows[1], labels, row.memory_utilization)
-            _add(ratio_rows[2], labels, row.encoder_utilization)
-            _add(ratio_rows[3], labels, row.decoder_utilization)
             if host is None or row.pid in seen_pids:
                 continue  # per process, not per GPU: counted once
             seen_pids.add(row.pid)
-            _add(cpu_rows, process, host.cpu_seconds)
-            _add(resident_rows, process, host.resident_bytes)
+            for rows, entry in zip(per_process, entries[1], strict=True):
+                if entry is not None:
+                    rows.append(entry)
             if self._cmdline:
-                info.add_metric(process, {"command": self._redact(host.cmdline)})
-        self._labels = memo
+                info.add_metric(entries[2], {"command": self._redact(host.cmdline)})
+        self._rows = rows_memo
+        if len(labels_of) > 2 * len(rows_memo) + 64:  # processes gone: forget their labels
+            current = {_identity(row) for row, _ in rows_memo.values()}
+            self._labels = {identity: labels for identity, labels in labels_of.items() if identity in current}
 
         dropped = counter(
             "runtimekit_processes_dropped_total",
@@ -165,10 +160,48 @@ class ProcessCollector(CardCollector):
         yield from nonempty(memory, *ratios.values(), cpu, resident, info, dropped)
 
 
-def _add(rows: list[tuple[tuple[str, ...], float]], labels: tuple[str, ...], value: object) -> None:
-    """``add`` for this collector's hot loop: one row unless the reading is Unavailable."""
-    if value is not None and not isinstance(value, Unavailable):
-        rows.append((labels, float(value) + 0.0))  # type: ignore[arg-type]
+# One attribution row's family rows: ((memory, sm, memory-controller, encoder, decoder) rows on its
+# GPU, (CPU seconds, resident memory) rows of its process, the process labels); a row is None where
+# the reading is Unavailable.
+_Row = tuple[tuple[str, ...], float]
+_Entries = tuple[tuple[_Row | None, ...], tuple[_Row | None, ...], tuple[str, ...]]
+
+
+def _entry(labels: tuple[str, ...], value: object) -> _Row | None:
+    """One family row, or None when the reading is Unavailable."""
+    if value is None or isinstance(value, Unavailable):
+        return None
+    return (labels, float(value) + 0.0)  # type: ignore[arg-type]
+
+
+def _identity(row: AttributedProcess) -> tuple[object, ...]:
+    """What a row's labels are made of, as plain values (hashed in C: Owner and Unavailable are
+    dataclasses whose __hash__ runs in Python). An Unavailable reading is "" in a label."""
+    uuid, gi, ci, owner, host = row.gpu_uuid, row.gpu_instance_id, row.compute_instance_id, row.owner, row.host
+    return (row.gpu_index, row.pid, uuid if type(uuid) is str else "", gi if type(gi) is int else -1,
+            ci if type(ci) is int else -1, host.name if host is not None else None,
+            owner.namespace, owner.pod, owner.container)
+
+
+def _entries(row: AttributedProcess, labels_of: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[str, ...]]]) -> _Entries:
+    """The family rows of an attribution row not seen at the last render. Its label tuples are kept
+    in ``labels_of`` by what they are made of (``_identity``): the same tuples again for a row whose
+    GPU, process and owner did not change (no string building; the renderer finds their lines by
+    cheap comparisons)."""
+    identity = _identity(row)
+    known = labels_of.get(identity)
+    if known is None:
+        process = _process_labels(row)
+        labels = (str(row.gpu_index), text(row.gpu_uuid), text(row.gpu_instance_id),
+                  text(row.compute_instance_id), *process)
+        known = labels_of[identity] = (labels, process)
+    labels, process = known
+    host = row.host
+    on_gpu = (_entry(labels, row.used_memory_bytes), _entry(labels, row.sm_utilization),
+              _entry(labels, row.memory_utilization), _entry(labels, row.encoder_utilization),
+              _entry(labels, row.decoder_utilization))
+    of_process = (_entry(process, host.cpu_seconds), _entry(process, host.resident_bytes)) if host else (None, None)
+    return on_gpu, of_process, process
 
 
 def _process_labels(row: AttributedProcess) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from runtimekit.exporter.collectors.process import ProcessCollector
 from runtimekit.exporter.family import GAUGE, Family
 from runtimekit.exporter.gzipparts import GzipParts
 from runtimekit.exporter.render import OPENMETRICS, TEXT, Renderer, render
+from runtimekit.gpu.types import NOT_SUPPORTED
 
 PARTS = [b"# HELP a A.\n# TYPE a gauge\n" + b"a{x=\"1\"} 1.0\n" * 200, b"", b"b 2.0\n" * 50, b"# EOF\n"]
 
@@ -94,3 +95,30 @@ def test_process_labels_follow_a_new_owner_name_and_value():
     assert before[0][0] != after[0][0]
     assert after == [(("0", first.gpu_uuid, "", "", "4242", "torchrun", "other", "p-1", "c"), 5.0)]
     assert any('pod="p-1"' in line and line.endswith(" 5.0") for line in _process_lines(state))
+
+
+def _rows_by_family(collector: ProcessCollector, state) -> dict[str, list]:
+    return {family.name: list(getattr(family, "rows", family.samples)) for family in collector.collect(state.view())}
+
+
+def test_process_rows_reused_by_row_object_equal_a_fresh_collectors_at_every_step():
+    """The collector reuses the family rows of the very AttributedProcess objects of its last render;
+    whatever the next attribution keeps, changes, duplicates (C+G), moves or drops, its families are
+    what a collector seeing that attribution first would make."""
+    state = make_state(make_snapshot((make_gpu(0), make_gpu(1))))
+    shared = make_facts(7, name="shared")
+    a, b = make_process(1), make_process(2, sm_utilization=NOT_SUPPORTED)
+    on_both = (make_process(7, 0, host=shared), make_process(7, 1, host=shared))
+    steps = [
+        (a, b, *on_both),
+        (a, b, *on_both),  # the same objects: every row reused
+        (dataclasses.replace(a, used_memory_bytes=3), b, *on_both),  # one row changed value
+        (b, a, on_both[1], on_both[0]),  # reordered: CPU and resident rows follow the first GPU seen
+        (a, a, make_process(3, host=None)),  # C+G listed twice; a process /proc could not read
+        (b,),  # the rest gone
+        (dataclasses.replace(b, owner=Owner(namespace="x", pod="y", container="z")),),
+    ]
+    collector = ProcessCollector(cmdline=True)
+    for processes in steps:
+        state.publish_attribution(make_attribution(processes=processes))
+        assert _rows_by_family(collector, state) == _rows_by_family(ProcessCollector(cmdline=True), state)
