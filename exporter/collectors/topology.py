@@ -19,6 +19,7 @@ from runtimekit.exporter.collectors._common import CardCollector, nonempty
 from runtimekit.exporter.family import GAUGE, Family
 from runtimekit.state import NodeView
 from runtimekit.state.distance import nearest_gpus
+from runtimekit.state.topology import Topology
 
 DISCOVERED = "Discovered at the agent's start and again when the GPUs change."
 GBPS_TO_BYTES = 1e9 / 8  # Gb/s -> bytes per second
@@ -29,10 +30,22 @@ def _label(value: int | None) -> str:
 
 
 class TopologyCollector(CardCollector):
+    """The topology's families, built once per discovery: the view's topology is immutable, so the
+    families made from the same object are handed out again (every render would rebuild them)."""
+
+    def __init__(self) -> None:
+        self._made: tuple[Topology, list[Family | Metric]] | None = None
+
     def collect(self, view: NodeView) -> Iterable[Family | Metric]:
         topology = view.topology
         if topology is None:
             return ()
+        if self._made is None or self._made[0] is not topology:
+            self._made = (topology, list(self._families(topology)))
+        return self._made[1]
+
+    @staticmethod
+    def _families(topology: Topology) -> Iterable[Family | Metric]:
         place = InfoMetricFamily(
             "runtimekit_gpu_topology",
             "Where each GPU sits: its NUMA node (sysfs numa_node), CPU socket (the node's physical_package_id), "
