@@ -127,7 +127,7 @@ class Attributor:
         self._dropped_total: dict[tuple[int, Reading[str]], int] = {}
         self._infos: dict[int, ProcessInfo] = {}
         self._facts_cache: dict[int, tuple[ProcessInfo, object, ProcessFacts]] = {}
-        self._rows: Memo = {}  # join_processes' memo: unchanged processes keep their rows
+        self._rows = Memo()  # join_processes' memo: unchanged processes keep their rows
         self._infos_read_at = float("-inf")
         self._last_allocations: tuple[object, tuple[DeviceAllocation, ...]] | None = None
 

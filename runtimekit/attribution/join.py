@@ -40,41 +40,78 @@ def resolve_allocations(
 
 
 # (GPU index, id of the GpuProcess) -> (that GpuProcess, its ProcessFacts, the GPU's UUID, the row
-# made of them): the caller's memo between joins (see ``join_processes``).
-Memo = dict[tuple[int, int], tuple[GpuProcess, ProcessFacts | None, Reading[str], AttributedProcess]]
+# made of them).
+_Rows = dict[tuple[int, int], tuple[GpuProcess, ProcessFacts | None, Reading[str], AttributedProcess]]
 
 
-def _attributed(
-    gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts], previous: Memo, memo: Memo | None
-) -> list[AttributedProcess]:
+class Memo:
+    """The caller's memo between joins (see ``join_processes``): the rows made at the last join,
+    and per GPU what was made of its rows (their order by memory, its per-container usage)."""
+
+    __slots__ = ("rows", "gpus", "pods")
+
+    def __init__(self) -> None:
+        self.rows: _Rows = {}
+        # GPU index -> (its rows in listing order, the same by memory, its per-container usage)
+        self.gpus: dict[int, tuple[list[AttributedProcess], list[AttributedProcess], list[PodGpuUsage]]] = {}
+        self.pods: tuple[list[list[PodGpuUsage]], tuple[PodGpuUsage, ...]] = ([], ())  # per GPU -> all, sorted
+
+
+def _attributed(gpu: GpuSnapshot, facts: Mapping[int, ProcessFacts], previous: _Rows, made: _Rows) -> list[AttributedProcess]:
+    """The GPU's rows in NVML's listing order; the last join's row again for the very same process
+    object, facts and GPU UUID."""
     rows = []
+    index, uuid = gpu.index, gpu.uuid
     for process in gpu.processes:
         host = facts.get(process.pid)
-        key = (gpu.index, id(process))
+        key = (index, id(process))
         hit = previous.get(key)
-        if hit is not None and hit[0] is process and hit[1] is host and hit[2] == gpu.uuid:
+        if hit is not None and hit[0] is process and hit[1] is host and hit[2] == uuid:
             row = hit[3]
         else:
             row = AttributedProcess(
-                gpu_index=gpu.index,
-                gpu_uuid=gpu.uuid,
-                pid=process.pid,
-                used_memory_bytes=process.used_memory_bytes,
-                sm_utilization=process.sm_utilization,
-                memory_utilization=process.memory_utilization,
-                encoder_utilization=process.encoder_utilization,
-                decoder_utilization=process.decoder_utilization,
-                gpu_instance_id=process.gpu_instance_id,
-                compute_instance_id=process.compute_instance_id,
-                host=host,
-                owner=host.owner if host else HOST,
+                index, uuid, process.pid, process.used_memory_bytes, process.sm_utilization,
+                process.memory_utilization, process.encoder_utilization, process.decoder_utilization,
+                process.gpu_instance_id, process.compute_instance_id, host, host.owner if host else HOST,
             )
-        if memo is not None:
-            memo[key] = (process, host, gpu.uuid, row)
+        made[key] = (process, host, uuid, row)
         rows.append(row)
-    # The biggest memory holders first: they are what the cap keeps.
-    rows.sort(key=lambda r: (-(r.used_memory_bytes if is_available(r.used_memory_bytes) else -1), r.pid))
     return rows
+
+
+def _by_memory(row: AttributedProcess) -> tuple[int, int]:
+    """The biggest memory holders first (they are what the cap keeps), then by pid."""
+    used = row.used_memory_bytes
+    return (-(used if type(used) is int else -1), row.pid)
+
+
+def _usage(gpu: GpuSnapshot, rows: list[AttributedProcess]) -> list[PodGpuUsage]:
+    """Per container (and per MIG instance on a GPU in MIG mode): its processes' memory and SM
+    ratios summed. Owners are grouped by their fields (an Owner's own hash runs in Python)."""
+    groups: dict[tuple[object, ...], list[AttributedProcess]] = defaultdict(list)
+    for row in rows:
+        owner = row.owner
+        if owner.pod:  # known
+            groups[(owner.namespace, owner.pod, owner.container, owner.pod_uid, owner.container_id,
+                    row.gpu_instance_id, row.compute_instance_id)].append(row)
+    pods = []
+    for members in groups.values():
+        first = members[0]
+        memory = [r.used_memory_bytes for r in members if is_available(r.used_memory_bytes)]
+        sm = [r.sm_utilization for r in members if is_available(r.sm_utilization)]
+        pods.append(
+            PodGpuUsage(
+                owner=first.owner,
+                gpu_index=gpu.index,
+                gpu_uuid=first.gpu_uuid,
+                used_memory_bytes=sum(memory) if memory else first.used_memory_bytes,
+                sm_utilization=min(1.0, sum(sm)) if sm else first.sm_utilization,
+                processes=len(members),
+                gpu_instance_id=first.gpu_instance_id,
+                compute_instance_id=first.compute_instance_id,
+            )
+        )
+    return pods
 
 
 def join_processes(
@@ -84,45 +121,42 @@ def join_processes(
 
     The cap keeps the ``cap_per_gpu`` processes holding the most memory on each GPU; the
     per-container usage is summed over every process, capped or not. ``memo`` (the caller's,
-    kept between joins) holds the rows made: a process whose ``GpuProcess`` and ``ProcessFacts``
+    kept between joins) holds what was made: a process whose ``GpuProcess`` and ``ProcessFacts``
     are the very objects of the last join (the reader and the attributor keep unchanged ones)
-    gets the same row again; it then holds this join's rows only.
+    gets the same row again, and a GPU whose rows are all the same as then gets the same order
+    and usage (the usual case: most processes' readings do not change from one second to the
+    next); it then holds this join's only.
     """
-    previous = dict(memo) if memo else {}
-    if memo is not None:
-        memo.clear()
+    memo = memo if memo is not None else Memo()
+    previous_gpus, previous_pods = memo.gpus, memo.pods
+    made: _Rows = {}
+    gpus: dict[int, tuple[list[AttributedProcess], list[AttributedProcess], list[PodGpuUsage]]] = {}
     kept: list[AttributedProcess] = []
     dropped: dict[tuple[int, Reading[str]], int] = {}
-    usage: dict[tuple[Owner, int, Reading[int], Reading[int]], list[AttributedProcess]] = defaultdict(list)
+    usage_per_gpu: list[list[PodGpuUsage]] = []
     for gpu in snapshot.gpus:
         if gpu.lost:
             continue
-        rows = _attributed(gpu, facts, previous, memo)
-        kept.extend(rows[:cap_per_gpu])
-        if len(rows) > cap_per_gpu:
-            dropped[(gpu.index, gpu.uuid)] = len(rows) - cap_per_gpu
-        for row in rows:
-            if row.owner.known:  # per GPU, and per MIG instance on a GPU in MIG mode
-                usage[(row.owner, gpu.index, row.gpu_instance_id, row.compute_instance_id)].append(row)
-    pods = []
-    for (owner, _, gpu_instance, compute_instance), rows in usage.items():
-        memory = [r.used_memory_bytes for r in rows if is_available(r.used_memory_bytes)]
-        sm = [r.sm_utilization for r in rows if is_available(r.sm_utilization)]
-        pods.append(
-            PodGpuUsage(
-                owner=owner,
-                gpu_index=rows[0].gpu_index,
-                gpu_uuid=rows[0].gpu_uuid,
-                used_memory_bytes=sum(memory) if memory else rows[0].used_memory_bytes,
-                sm_utilization=min(1.0, sum(sm)) if sm else rows[0].sm_utilization,
-                processes=len(rows),
-                gpu_instance_id=gpu_instance,
-                compute_instance_id=compute_instance,
-            )
-        )
-    pods.sort(key=lambda p: (p.owner.namespace, p.owner.pod, p.owner.container, p.gpu_index,
-                             _order(p.gpu_instance_id), _order(p.compute_instance_id)))
-    return tuple(kept), tuple(pods), dropped
+        rows = _attributed(gpu, facts, memo.rows, made)
+        cached = previous_gpus.get(gpu.index)
+        if cached is not None and cached[0] == rows:  # the same row objects, in the same order
+            ordered, usage = cached[1], cached[2]
+        else:
+            ordered, usage = sorted(rows, key=_by_memory), _usage(gpu, rows)
+        gpus[gpu.index] = (rows, ordered, usage)
+        kept.extend(ordered[:cap_per_gpu])
+        if len(ordered) > cap_per_gpu:
+            dropped[(gpu.index, gpu.uuid)] = len(ordered) - cap_per_gpu
+        usage_per_gpu.append(usage)
+    if len(usage_per_gpu) == len(previous_pods[0]) and all(
+            a is b for a, b in zip(usage_per_gpu, previous_pods[0], strict=True)):
+        pods = previous_pods[1]
+    else:
+        pods = tuple(sorted((p for usage in usage_per_gpu for p in usage), key=lambda p: (
+            p.owner.namespace, p.owner.pod, p.owner.container, p.gpu_index,
+            _order(p.gpu_instance_id), _order(p.compute_instance_id))))
+    memo.rows, memo.gpus, memo.pods = made, gpus, (usage_per_gpu, pods)
+    return tuple(kept), pods, dropped
 
 
 def _order(instance_id: Reading[int]) -> int:
