@@ -122,3 +122,39 @@ def test_process_rows_reused_by_row_object_equal_a_fresh_collectors_at_every_ste
     for processes in steps:
         state.publish_attribution(make_attribution(processes=processes))
         assert _rows_by_family(collector, state) == _rows_by_family(ProcessCollector(cmdline=True), state)
+
+
+def _big_family(rows: list[tuple[tuple[str, ...], float]]) -> Family:
+    family = Family(GAUGE, "runtimekit_test_process_bytes", "A big test family.", ["gpu", "pid"])
+    family.rows = list(rows)
+    return family
+
+
+@pytest.mark.parametrize("fmt", [TEXT, OPENMETRICS])
+def test_a_big_family_is_written_in_chunks_that_only_a_change_renders_again(fmt):
+    """A Family of CHUNKED_ROWS rows or more is split where its rows say (label tuple identity), so
+    a change renders and compresses its own chunk only; joined, the parts are always what a fresh
+    render writes."""
+    from runtimekit.exporter.render import CHUNKED_ROWS
+
+    labels = [(str(i // 100), str(1000 + i)) for i in range(3 * CHUNKED_ROWS)]  # kept, as collectors keep them
+    rows = [(label, float(i)) for i, label in enumerate(labels)]
+    renderer, parts = Renderer(fmt), GzipParts()
+    before = renderer.render_parts([_big_family(rows)])
+    assert len(before) > 4  # the header and several chunks
+    steps = [
+        lambda r: r[:100] + [(r[100][0], -1.5)] + r[101:],  # one value changed
+        lambda r: r[:300] + [(("9", "99999"), 7.0)] + r[300:],  # a row came
+        lambda r: r[:10] + r[11:],  # a row went
+        lambda r: r[400:] + r[:400],  # moved around
+        lambda r: r,  # nothing changed
+    ]
+    for step in steps:
+        rows = step(rows)
+        after = renderer.render_parts([_big_family(rows)])
+        assert b"".join(after) == render([_big_family(rows)], fmt)
+        assert gzip.decompress(parts.compress(after)) == b"".join(after)
+        new = [part for part in after if not any(part is old for old in before)]
+        assert len(new) <= 4, len(new)  # the changed chunk(s), and the chunk a move cut open
+        before = after
+    assert new == []
