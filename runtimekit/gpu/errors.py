@@ -2,7 +2,7 @@
 
 Read every sampling cycle by ``NodeReader`` (``reader.py``); each returns readings, ``Unavailable``
 where the driver does not support the counter (retired pages after Ampere, row remapping before).
-The per-link NVLink data CRC counts are read again only when their total moved (``read_nvlinks``).
+The per-link NVLink error counts are read again only when their totals moved (``read_nvlinks``).
 """
 
 from __future__ import annotations
@@ -55,57 +55,76 @@ def read_remapped_rows(session: NvmlSession, handle: Any) -> RemappedRows:
         failure=map_reading(rows, lambda r: bool(r[3])),
     )
 
-# A link's data CRC count is read again at least this often even while the total stands still
-# (seconds): a driver whose total field missed a link's count is not trusted for longer.
-CRC_DATA_REREAD_SECONDS = 30.0
+# A link's error counts are read again at least this often even while their totals stand still
+# (seconds): a driver whose total missed a link's count is not trusted for longer.
+ERRORS_REREAD_SECONDS = 30.0
+
+# Per link: (CRC flit, CRC data, replay, recovery) error counts.
+_LinkErrors = tuple[Reading[int], Reading[int], Reading[int], Reading[int]]
 
 
 @dataclass(frozen=True, slots=True)
-class CrcDataCounts:
-    """The per-link data CRC counts of the last per-link read, and the total field then."""
+class LinkErrorCounts:
+    """The per-link error counts of the last per-link read, and their totals (``fields.ERROR_TOTALS``) then."""
 
-    total: int
+    totals: tuple[Reading[float | int], ...]  # all ints: a total that could not be read keeps no counts
     read_at: float  # seconds (the reader's clock)
-    counts: tuple[int, ...]
+    counts: tuple[_LinkErrors, ...]
 
 
 def read_nvlinks(
-    session: NvmlSession, handle: Any, link_count: int, values: fields.FieldValues, last: CrcDataCounts | None, now: float
-) -> tuple[tuple[NvLink, ...], CrcDataCounts | None]:
-    """Per link: state, CRC flit/data, replay and recovery error counters, traffic in bytes; and the
-    data CRC counts to hand back as ``last`` next cycle.
+    session: NvmlSession, handle: Any, link_count: int, values: fields.FieldValues, last: LinkErrorCounts | None,
+    now: float,
+) -> tuple[tuple[NvLink, ...], LinkErrorCounts | None]:
+    """Per link: state, traffic in bytes, and the CRC flit/data, replay and recovery error counters;
+    and the error counts to hand back as ``last`` next cycle.
 
-    All but CRC data come from the cycle's batched field values. CRC data has no per-link field
-    past link 11, so it takes one call per link (18 on an H100) — made only when the total field
-    (``fields.CRC_DATA_TOTAL``) moved since ``last``, or ``last`` is older than
-    ``CRC_DATA_REREAD_SECONDS``, or is missing (a link's count or the total was unavailable then:
-    read every cycle, so errors show as they happen). A total that stands still means no link's
-    count moved; its counts are ``last``'s.
+    State and traffic come from the cycle's batched field values (``values``). The error counts
+    take a second batch (CRC flit, replay, recovery per link) and one call per link for CRC data
+    (no per-link field past link 11) — made only when a total in ``values`` (``fields.ERROR_TOTALS``)
+    moved since ``last``, or ``last`` is older than ``ERRORS_REREAD_SECONDS``, or is missing (a
+    total or a count was unavailable then: read every cycle, so errors show as they happen). A
+    total that stands still means no link's count of it moved; the counts are ``last``'s.
     """
-    total = values.get(fields.CRC_DATA_TOTAL)
-    crc_data: tuple[Reading[int], ...]
-    if (last is not None and total == last.total and len(last.counts) == link_count
-            and 0 <= now - last.read_at < CRC_DATA_REREAD_SECONDS):
-        crc_data = last.counts
+    totals = tuple(values.get(field_id) for field_id in fields.ERROR_TOTALS)
+    counts: tuple[_LinkErrors, ...]
+    if (last is not None and totals == last.totals and len(last.counts) == link_count
+            and 0 <= now - last.read_at < ERRORS_REREAD_SECONDS):
+        counts = last.counts
     else:
-        crc_data = tuple(
-            session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
-            for link in range(link_count)
-        )
-        counts = [count for count in crc_data if type(count) is int]
-        last = CrcDataCounts(total, now, tuple(counts)) if type(total) is int and len(counts) == link_count else None
+        counts = _read_link_errors(session, handle, link_count)
+        readable = all(type(total) is int for total in totals) and all(
+            type(count) is int for link in counts for count in link)
+        last = LinkErrorCounts(totals, now, counts) if readable else None
     links: list[NvLink] = []
     for link in range(link_count):
+        crc_flit, crc_data, replay, recovery = counts[link]
         links.append(
             NvLink(
                 link=link,
                 active=map_reading(values.get(fields.LINK_STATE, link), lambda v: v == pynvml.NVML_FEATURE_ENABLED),
-                crc_flit_errors=map_reading(values.get(fields.LINK_CRC_FLIT, link), int),
-                crc_data_errors=crc_data[link],
-                replay_errors=map_reading(values.get(fields.LINK_REPLAY, link), int),
-                recovery_errors=map_reading(values.get(fields.LINK_RECOVERY, link), int),
+                crc_flit_errors=crc_flit,
+                crc_data_errors=crc_data,
+                replay_errors=replay,
+                recovery_errors=recovery,
                 tx_bytes=map_reading(values.get(fields.LINK_TX_KIB, link), lambda kib: int(kib) * KIB),
                 rx_bytes=map_reading(values.get(fields.LINK_RX_KIB, link), lambda kib: int(kib) * KIB),
             )
         )
     return tuple(links), last
+
+
+def _read_link_errors(session: NvmlSession, handle: Any, link_count: int) -> tuple[_LinkErrors, ...]:
+    """Every link's (CRC flit, CRC data, replay, recovery) error counts, read now."""
+    batch = session.call("nvmlDeviceGetFieldValues", handle, fields.error_request(link_count))
+    values = fields.parse(batch) if is_available(batch) else fields.empty(batch)
+    counts = []
+    for link in range(link_count):
+        crc_data = session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
+        counts.append((
+            map_reading(values.get(fields.LINK_CRC_FLIT, link), int),
+            crc_data,
+            map_reading(values.get(fields.LINK_REPLAY, link), int),
+            map_reading(values.get(fields.LINK_RECOVERY, link), int),
+        ))
+    return tuple(counts)

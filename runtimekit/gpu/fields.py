@@ -21,19 +21,25 @@ PCIE_TX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES  # bytes since driver loa
 PCIE_RX_BYTES = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT  # links the device has
 RECOVERY_ACTION = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION  # what the driver asks for (with XID 154)
-# Data CRC errors summed over every link, counter: while it stands still, no link's count moved
-# (the per-link counts have no field for links past 11: ``errors.read_nvlinks`` reads them).
+# Link error counters summed over every link: while a total stands still, no link's count of it
+# moved, and the per-link counts are not read again (``errors.read_nvlinks``). Data CRC has no
+# per-link field past link 11: its per-link counts take one call per link.
+CRC_FLIT_TOTAL = pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
 CRC_DATA_TOTAL = pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+REPLAY_TOTAL = pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+RECOVERY_TOTAL = pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+ERROR_TOTALS = (CRC_FLIT_TOTAL, CRC_DATA_TOTAL, REPLAY_TOTAL, RECOVERY_TOTAL)
 
-# Link-scoped fields (scopeId = link), read every cycle for every link.
+# Link-scoped fields (scopeId = link): state and traffic every cycle for every link; the error
+# counters in a second batch, when a total moved (``errors.read_nvlinks``).
 LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # 1 = active
+LINK_TX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX  # payload KiB, counter
+LINK_RX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 LINK_REPLAY = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY  # TX replays, counter
 LINK_RECOVERY = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY  # link recoveries, counter
 LINK_CRC_FLIT = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC  # RX flow-control digit CRC errors, counter
-LINK_TX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX  # payload KiB, counter
-LINK_RX_KIB = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 
-DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES, RECOVERY_ACTION, CRC_DATA_TOTAL)
+DEVICE_FIELDS = (MEMORY_TEMP, PCIE_TX_BYTES, PCIE_RX_BYTES, RECOVERY_ACTION, *ERROR_TOTALS)
 
 # nvmlDeviceGpuRecoveryAction_t (nvml.h) -> the names GpuSnapshot.recovery_action uses.
 RECOVERY_ACTIONS = {
@@ -46,17 +52,24 @@ RECOVERY_ACTIONS = {
     pynvml.NVML_GPU_RECOVERY_ACTION_BUS_RESET: "bus_reset",
     pynvml.NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT: "system_reboot",
 }
-LINK_FIELDS = (LINK_STATE, LINK_REPLAY, LINK_RECOVERY, LINK_CRC_FLIT, LINK_TX_KIB, LINK_RX_KIB)
+LINK_FIELDS = (LINK_STATE, LINK_TX_KIB, LINK_RX_KIB)
+LINK_ERROR_FIELDS = (LINK_CRC_FLIT, LINK_REPLAY, LINK_RECOVERY)
 
 
 @functools.lru_cache(maxsize=8)
 def request(link_count: int) -> tuple[int | tuple[int, int], ...]:
-    """The field list for one GPU: device fields, then every link field for every link (the same
-    tuple for the same link count, so the session builds its request array once)."""
+    """The field list for one GPU and cycle: device fields, then the link fields for every link
+    (the same tuple for the same link count, so the session builds its request array once)."""
     fields: list[int | tuple[int, int]] = list(DEVICE_FIELDS)
     for link in range(link_count):
         fields.extend((field_id, link) for field_id in LINK_FIELDS)
     return tuple(fields)
+
+
+@functools.lru_cache(maxsize=8)
+def error_request(link_count: int) -> tuple[tuple[int, int], ...]:
+    """The per-link error counter fields of every link."""
+    return tuple((field_id, link) for link in range(link_count) for field_id in LINK_ERROR_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from runtimekit.gpu import fields
 from runtimekit.gpu.convert import MHZ, MILLI, bus_id
 from runtimekit.gpu.convert import map_reading as _map
 from runtimekit.gpu.convert import nvml_text as _text
-from runtimekit.gpu.errors import CrcDataCounts, read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
+from runtimekit.gpu.errors import LinkErrorCounts, read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
 from runtimekit.gpu.mig_devices import MigDeviceReader
 from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
@@ -96,7 +96,7 @@ class Device:
     limits_read_at: float
     lost: bool = False
     processes: dict[tuple[Any, ...], GpuProcess] = field(default_factory=dict)  # read_processes' ``known``
-    crc_data: CrcDataCounts | None = None  # read_nvlinks' ``last``
+    link_errors: LinkErrorCounts | None = None  # read_nvlinks' ``last``
 
 
 class NodeReader:
@@ -291,8 +291,8 @@ class NodeReader:
         )
         processes, process_failure = read_processes(self.session, handle, now, device.processes)
         modes = self._read_modes(handle)
-        nvlinks, device.crc_data = read_nvlinks(
-            self.session, handle, _count(device.limits.nvlink_count), values, device.crc_data, now)
+        nvlinks, device.link_errors = read_nvlinks(
+            self.session, handle, _count(device.limits.nvlink_count), values, device.link_errors, now)
         mig_devices, mig_failure = self._mig.read(device.index, handle, device.identity, modes.mig_mode_current)
         snapshot = GpuSnapshot(
             index=device.index,
