@@ -186,11 +186,8 @@ class Renderer:
         same series). A chunk is found again by its first row's label values; the lines of a
         changed chunk are taken from its last version where the row is the same, else formatted
         with the label text kept per label values."""
-        name, labelnames, rows = family.sample_name, family.labelnames, family.rows
-        prefixes = self._prefixes.get(name)
-        if prefixes is None or len(prefixes) > 2 * len(rows) + 64:  # label sets gone: forget them
-            kept_prefixes = prefixes or {}
-            prefixes = self._prefixes[name] = {values: kept_prefixes[values] for values, _ in rows if values in kept_prefixes}
+        name, rows = family.sample_name, family.rows
+        prefixes = self._prefixes_of(family)
         made: dict[tuple[str, ...], tuple[list[_Row], list[str], bytes]] = {}
         out: list[bytes] = []
         ends = [position + 1 for position, row in enumerate(rows) if (id(row[0]) >> 4) % CHUNK_ROWS == 0]
@@ -210,17 +207,21 @@ class Renderer:
             lines = []
             for row in chunk:
                 line = known.get(row)
-                if line is None:
-                    values, number = row
-                    prefix = prefixes.get(values)
-                    if prefix is None:
-                        prefix = prefixes[values] = name + _label_text(tuple(zip(labelnames, values, strict=True)))
-                    line = f"{prefix} {_value(number)}\n"
-                lines.append(line)
+                lines.append(line if line is not None else _line(family, prefixes, row))
             made[first] = (chunk, lines, "".join(lines).encode("utf-8"))
             out.append(made[first][2])
         current[name] = made
         return out
+
+    def _prefixes_of(self, family: Family) -> dict[tuple[str, ...], str]:
+        """The label text kept per label values of ``family``'s samples (``_line``); forgotten for
+        label sets gone once they outnumber the family's rows."""
+        prefixes = self._prefixes.get(family.sample_name)
+        if prefixes is None or len(prefixes) > 2 * len(family.rows) + 64:
+            kept = prefixes or {}
+            prefixes = self._prefixes[family.sample_name] = {
+                values: kept[values] for values, _ in family.rows if values in kept}
+        return prefixes
 
     def _rows_of(self, family: Family, previous: _Lines, current: _Lines, out: list[str]) -> None:
         """Write a Family's rows. A row (label values, value) equal to one of the last render's
@@ -232,19 +233,21 @@ class Renderer:
             return
         lines: list[str | None] = list(map(previous.get(name, _NO_LINES).get, rows))
         if None in lines:
-            prefixes = self._prefixes.get(name)
-            if prefixes is None or len(prefixes) > 2 * len(rows) + 64:  # label sets gone: forget them
-                kept = prefixes or {}
-                prefixes = self._prefixes[name] = {values: kept[values] for values, _ in rows if values in kept}
+            prefixes = self._prefixes_of(family)
             for position, line in enumerate(lines):
                 if line is None:
-                    values, number = rows[position]
-                    prefix = prefixes.get(values)
-                    if prefix is None:
-                        prefix = prefixes[values] = name + _label_text(tuple(zip(labelnames, values, strict=True)))
-                    lines[position] = f"{prefix} {_value(number)}\n"
+                    lines[position] = _line(family, prefixes, rows[position])
         current[name] = dict(zip(rows, lines, strict=True))  # type: ignore[arg-type]  # no None is left
         out.extend(lines)  # type: ignore[arg-type]
+
+
+def _line(family: Family, prefixes: dict[tuple[str, ...], str], row: _Row) -> str:
+    """One row's line, with the label text kept in ``prefixes`` (made and kept when new)."""
+    values, number = row
+    prefix = prefixes.get(values)
+    if prefix is None:
+        prefix = prefixes[values] = family.sample_name + _label_text(tuple(zip(family.labelnames, values, strict=True)))
+    return f"{prefix} {_value(number)}\n"
 
 
 def render(families: Iterable[Family | Metric], fmt: str) -> bytes:
