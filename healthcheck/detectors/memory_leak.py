@@ -70,23 +70,17 @@ def _record(history: Any, at: float, used: float, width: float, horizon: float) 
     """``history`` (buckets, oldest first) with one more reading; buckets wholly before
     ``horizon`` dropped. O(BUCKETS): never proportional to the number of readings."""
     number = int(at // width)
-    if type(history) is tuple and history and history[0][3] >= horizon:  # nothing to drop: the usual case
+    if not (type(history) is tuple and history and history[0][3] >= horizon):
+        # Buckets to drop, or read back from JSON (lists); a tuple with nothing to drop (the usual
+        # case, every sample) is extended as it is.
+        history = tuple(tuple(b) for b in history if b[3] >= horizon)
+    if history:
         last = history[-1]
         if last[3] >= at:  # this reading is recorded already (an XID-only evaluation)
             return history
         if last[0] == number:  # the newest bucket goes on
             return (*history[-(BUCKETS + 1):-1], (number, last[1], last[2], at, used, int(last[5]) + 1))
-        return (*history[-BUCKETS:], (number, at, used, at, used, 1))
-    # An empty history, buckets to drop, or one read back from JSON (lists).
-    kept: list[Any] = [tuple(b) for b in history if b[3] >= horizon]
-    if kept and kept[-1][3] >= at:  # this reading is recorded already (an XID-only evaluation)
-        return tuple(kept)
-    if kept and kept[-1][0] == number:
-        first = kept[-1]
-        kept[-1] = (number, first[1], first[2], at, used, int(first[5]) + 1)
-    else:
-        kept.append((number, at, used, at, used, 1))
-    return tuple(kept[-(BUCKETS + 1):])
+    return (*history[-BUCKETS:], (number, at, used, at, used, 1))
 
 
 def _growth(history: tuple[Bucket, ...], window: float) -> tuple[tuple[float, float], tuple[float, float],

@@ -91,7 +91,7 @@ def _usage(gpu: GpuSnapshot, rows: list[AttributedProcess]) -> list[PodGpuUsage]
     groups: dict[tuple[object, ...], list[AttributedProcess]] = defaultdict(list)
     for row in rows:
         owner = row.owner
-        if owner.pod:  # known
+        if owner.known:
             groups[(owner.namespace, owner.pod, owner.container, owner.pod_uid, owner.container_id,
                     row.gpu_instance_id, row.compute_instance_id)].append(row)
     pods = []

@@ -117,7 +117,7 @@ def read_nvlinks(
 def _read_link_errors(session: NvmlSession, handle: Any, link_count: int) -> tuple[_LinkErrors, ...]:
     """Every link's (CRC flit, CRC data, replay, recovery) error counts, read now."""
     batch = session.call("nvmlDeviceGetFieldValues", handle, fields.error_request(link_count))
-    values = fields.parse(batch) if is_available(batch) else fields.empty(batch)
+    values = fields.answers(batch)
     counts = []
     for link in range(link_count):
         crc_data = session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)

@@ -96,6 +96,12 @@ def parse(answers: Iterable[tuple[int, int, int, float | int | None]]) -> FieldV
     return FieldValues(values)
 
 
+def answers(batch: Iterable[tuple[int, int, int, float | int | None]] | Unavailable) -> FieldValues:
+    """A batch call's answer as readings: ``parse`` of its rows, or every field ``batch`` when the
+    call itself failed."""
+    return empty(batch) if isinstance(batch, Unavailable) else parse(batch)
+
+
 def empty(reason: Unavailable) -> FieldValues:
     """What a failed batch call yields: every field unavailable for the same reason."""
     return _EmptyFieldValues({}, reason)

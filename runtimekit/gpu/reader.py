@@ -245,7 +245,7 @@ class NodeReader:
         call = self.session.call
         handle = device.handle
         batch = call("nvmlDeviceGetFieldValues", handle, fields.request(_count(device.limits.nvlink_count)))
-        values = fields.parse(batch) if is_available(batch) else fields.empty(batch)
+        values = fields.answers(batch)
 
         rates = call("nvmlDeviceGetUtilizationRates", handle)
         utilization = Utilization(
