@@ -13,6 +13,11 @@ Drain lists the node's pods with a ``spec.nodeName`` field selector and evicts e
 Eviction API (policy/v1), which the API server refuses with 429 while a PodDisruptionBudget forbids
 it; pods are never deleted directly.
 
+Every call carries a deadline (``REQUEST_TIMEOUT_SECONDS``: connect, then read): an API server that
+accepted the connection and never answers (a half-open connection, an overloaded apiserver) fails
+the step with a timeout, journaled as failed, instead of holding the worker, and the service's
+shutdown, for good.
+
 The ``kubernetes`` package (the ``kube`` extra) is imported only when KubernetesNodeApi is built,
 so importing this module, the service or the command line never loads it. Building it reads the
 kubeconfig (or the pod's service account) at once through ``runtimekit.kube.kubeclient``, so a
@@ -32,6 +37,8 @@ from .names import checked
 __all__ = ["ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
+"""(connect, read) deadline of every call, in seconds: urllib3's pair, as ``_request_timeout`` takes it."""
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
 
 
@@ -84,15 +91,21 @@ class KubernetesNodeApi:
     kubeconfig file is missing, unreadable or lacks ``context``.
     """
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None,
+                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> None:
         configured = api_client(kubeconfig, context)  # ClusterAccessError first, the client not installed included
         from kubernetes import client
 
         self._api: Any = client.CoreV1Api(configured)  # untyped use: fields may be None
         self._client: Any = client
+        self._timeout = request_timeout
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``CoreV1Api.<method>`` in an executor thread, with the deadline."""
+        return await asyncio.to_thread(getattr(self._api, method), *args, _request_timeout=self._timeout, **kwargs)
 
     async def get_node(self, name: str) -> NodeView:
-        node = await asyncio.to_thread(self._api.read_node, checked(name))
+        node = await self._call("read_node", checked(name))
         taints = tuple(t.to_dict() for t in (node.spec.taints or ()))
         return NodeView(name, bool(node.spec.unschedulable), tuple(
             {k: v for k, v in t.items() if v is not None} for t in taints), node.metadata.resource_version,
@@ -105,15 +118,15 @@ class KubernetesNodeApi:
         patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)},
                  "spec": dict(spec)}
         try:
-            await asyncio.to_thread(self._api.patch_node, checked(name), patch,
-                                    _content_type="application/strategic-merge-patch+json")
+            await self._call("patch_node", checked(name), patch,
+                             _content_type="application/strategic-merge-patch+json")
         except ApiException as error:
             if error.status == 409:
                 raise NodeChanged(f"node {name} changed since resourceVersion {resource_version}") from error
             raise
 
     async def count_nodes(self) -> int:
-        nodes = await asyncio.to_thread(self._api.list_node)
+        nodes = await self._call("list_node")
         return len(nodes.items)
 
     async def list_pods_on_node(self, node: str) -> list[PodRef]:
@@ -121,8 +134,8 @@ class KubernetesNodeApi:
         pods: list[PodRef] = []
         token: str | None = None
         while True:
-            page = await asyncio.to_thread(self._api.list_pod_for_all_namespaces,
-                                           field_selector=selector, limit=500, _continue=token)
+            page = await self._call("list_pod_for_all_namespaces", field_selector=selector, limit=500,
+                                    _continue=token)
             for pod in page.items or ():
                 meta = pod.metadata
                 owners = meta.owner_references or ()
@@ -143,8 +156,7 @@ class KubernetesNodeApi:
                                  metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
             # The API server answers with a Status, not an Eviction: do not deserialize it.
-            await asyncio.to_thread(self._api.create_namespaced_pod_eviction, name, namespace, body,
-                                    _preload_content=False)
+            await self._call("create_namespaced_pod_eviction", name, namespace, body, _preload_content=False)
         except ApiException as error:
             if error.status == 429:
                 return "blocked"

@@ -124,5 +124,15 @@ class DiesAfterThePatch:
         return call
 
 
+async def stop_service(process: subprocess.Popen, *, kill: bool = False) -> None:
+    """SIGTERM (SIGKILL with ``kill``) the service and reap it without blocking the event loop: the
+    fake API server runs on this loop, and a service stopping mid-request waits for its answer."""
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    await asyncio.to_thread(process.wait, 10)
+
+
 async def wait_dead(process: subprocess.Popen, seconds: float = 15.0) -> None:
     await wait_for(lambda: process.poll() is not None, seconds, "the service to die")

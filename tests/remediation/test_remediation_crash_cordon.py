@@ -13,7 +13,18 @@ import time
 
 import aiohttp
 import pytest
-from conftest import DiesAfterThePatch, Killed, alert_body, get_actions, post_alert, start_service, wait_dead, wait_for, write_config
+from conftest import (
+    DiesAfterThePatch,
+    Killed,
+    alert_body,
+    get_actions,
+    post_alert,
+    start_service,
+    stop_service,
+    wait_dead,
+    wait_for,
+    write_config,
+)
 
 from runtimekit.kube.remediation.actions import Steps, plan
 from runtimekit.kube.remediation.config import load
@@ -52,8 +63,7 @@ async def test_sigkill_anywhere_on_the_cordon_path_then_resolve_uncordons(fakes,
         await wait_dead(first)
     finally:
         kube.on_request = None
-        first.kill()
-        first.wait(10)
+        await stop_service(first, kill=True)
     if point.startswith("PATCH") or point == "committed":
         assert kube.nodes["gpu-2"]["spec"]["unschedulable"] is True  # the kill came after the cordon
 
@@ -62,8 +72,7 @@ async def test_sigkill_anywhere_on_the_cordon_path_then_resolve_uncordons(fakes,
         assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
         await wait_for(lambda: _released(kube), what="the node to be uncordoned")
     finally:
-        second.terminate()
-        second.wait(10)
+        await stop_service(second)
 
 
 async def test_resolved_before_the_interrupted_cordon_ran_again_still_uncordons(fakes, tmp_path):
@@ -102,8 +111,7 @@ async def test_a_node_someone_else_cordoned_stays_cordoned(fakes, tmp_path):
         assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
         await wait_for(lambda: _uncordon_finished(port), what="the uncordon step")
     finally:
-        process.terminate()
-        process.wait(10)
+        await stop_service(process)
     assert kube.nodes["gpu-2"]["spec"]["unschedulable"] is True
     assert CORDONED_BY not in kube.nodes["gpu-2"]["metadata"].get("annotations", {})
 

@@ -14,7 +14,18 @@ import time
 
 import aiohttp
 import pytest
-from conftest import DiesAfterThePatch, Killed, alert_body, get_actions, post_alert, start_service, wait_dead, wait_for, write_config
+from conftest import (
+    DiesAfterThePatch,
+    Killed,
+    alert_body,
+    get_actions,
+    post_alert,
+    start_service,
+    stop_service,
+    wait_dead,
+    wait_for,
+    write_config,
+)
 
 from runtimekit.kube.remediation.actions import Steps, plan
 from runtimekit.kube.remediation.config import load
@@ -52,8 +63,7 @@ async def _restart_and_resolve(kube, config: str, port: int) -> None:
         assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
         await wait_for(lambda: _released(kube), what="the taint to be removed")
     finally:
-        second.terminate()
-        second.wait(10)
+        await stop_service(second)
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -71,8 +81,7 @@ async def test_sigkill_anywhere_on_the_taint_path_then_resolve_untaints(fakes, t
         await wait_dead(first)
     finally:
         kube.on_request = None
-        first.kill()
-        first.wait(10)
+        await stop_service(first, kill=True)
     if point.startswith("PATCH") or point == "committed":
         assert [t["key"] for t in _taints(kube)] == [TAINT_KEY]  # the kill came after the taint
     await _restart_and_resolve(kube, config, port)
@@ -90,8 +99,7 @@ async def test_sigkill_after_the_taint_patch_of_the_default_ladder_then_resolve_
         await wait_dead(first)
     finally:
         kube.on_request = None
-        first.kill()
-        first.wait(10)
+        await stop_service(first, kill=True)
     assert kube.nodes["gpu-2"]["spec"]["unschedulable"] is True
     assert [t["key"] for t in _taints(kube)] == [TAINT_KEY]
     await _restart_and_resolve(kube, config, port)
@@ -133,8 +141,7 @@ async def test_a_taint_someone_else_put_there_stays(fakes, tmp_path):
         assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
         await wait_for(lambda: _finished(port, "untaint"), what="the untaint step")
     finally:
-        process.terminate()
-        process.wait(10)
+        await stop_service(process)
     assert _taints(kube) == [theirs]
     assert TAINTED_BY not in kube.nodes["gpu-2"]["metadata"].get("annotations", {})
 

@@ -10,9 +10,8 @@ loop cannot call without end.
 from __future__ import annotations
 
 import asyncio
-import signal
 
-from conftest import alert_body, get_actions, post_alert, spawn_service, start_service, wait_dead, wait_for, write_config
+from conftest import alert_body, get_actions, post_alert, spawn_service, start_service, stop_service, wait_dead, wait_for, write_config
 
 from tests.agent_process import free_port
 
@@ -29,8 +28,7 @@ async def test_sigkill_after_receipt_then_restart_acts_exactly_once(fakes, tmp_p
         await asyncio.sleep(0.5)
         assert replacement.calls == []  # still waiting to act
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+        await stop_service(first, kill=True)
 
     second = await start_service(write_config(tmp_path, url, listen=f"127.0.0.1:{port}", action_delay_seconds=0), port)
     try:
@@ -43,8 +41,7 @@ async def test_sigkill_after_receipt_then_restart_acts_exactly_once(fakes, tmp_p
         assert key and "gpu-2" in str(body)
         assert kube.nodes["gpu-2"]["spec"].get("unschedulable") is True  # cordoned once
     finally:
-        second.terminate()
-        second.wait(10)
+        await stop_service(second)
 
 
 async def _replace_finished(port: int) -> bool:
@@ -73,8 +70,7 @@ async def test_killed_while_the_receiver_acts_the_receiver_sees_each_replacement
             await wait_for(lambda: _replace_finished(port), what="the replace step to finish")
             assert [a["state"] for a in await get_actions(port) if a["kind"] == "replace"] == ["done"]
         finally:
-            process.kill()
-            process.wait(10)
+            await stop_service(process, kill=True)
     assert len(replacement.calls) == 3 and len({key for key, _ in replacement.calls}) == 1
     assert len(replacement.replacements) == 1
     assert next(iter(replacement.replacements.values()))["node"] == "gpu-2"
@@ -101,6 +97,5 @@ async def test_a_crash_loop_cannot_repeat_the_replacement_call_without_end(fakes
             action = next(a for a in await get_actions(port) if a["kind"] == "replace")
             assert action["state"] == "failed" and "max_step_runs" in action["result"]["error"]
         finally:
-            process.kill()
-            process.wait(10)
+            await stop_service(process, kill=True)
     assert len(replacement.calls) == 2
