@@ -111,8 +111,8 @@ async def cluster(tmp_path):
         for process in reversed(processes):
             process.terminate()
         for process in processes:
-            try:
-                process.wait(10)
+            try:  # off the event loop: the remediation service may be stopping mid-call to the fake API on it
+                await asyncio.to_thread(process.wait, 10)
             except subprocess.TimeoutExpired:
                 process.kill()
         agent.stop()
