@@ -18,9 +18,10 @@ took effect and before it is answered: a hook to kill the service at that exact 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -204,3 +205,21 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     return runner, f"http://127.0.0.1:{port}"
+
+
+def hold_requests(app: web.Application, matches: Callable[[web.Request], bool]) -> asyncio.Event:
+    """Leave every request ``matches`` picks unanswered, its connection open (a half-open
+    connection: the request sent, no answer, no reset), until the returned event is set; then it
+    is answered 503. Call before the app is served; set the event before the server stops."""
+    released = asyncio.Event()
+
+    @web.middleware
+    async def hold(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+        if matches(request):
+            await released.wait()
+            return web.Response(status=503)
+        return await handler(request)
+
+    app.middlewares.append(hold)
+    return released

@@ -19,7 +19,10 @@ affinity, its scheduling gates less ours, the ``runtimekit.io/gang-node`` annota
 condition (a strategic merge PATCH of the ``status`` subresource: ``conditions`` merge by
 ``type``, so the scheduler's own conditions stay), core/v1 Events, the policy/v1 Eviction of a pod,
 and reads of JobSets, ResourceClaims and ResourceClaimTemplates. A failure is an ``ApiError``
-carrying the HTTP status and the server's message in one line.
+carrying the HTTP status and the server's message in one line. Every write and read carries a
+deadline (``REQUEST_TIMEOUT_SECONDS``: connect, then answer), so an API server that accepted the
+connection and never answers fails the call (``ApiError`` with status 0) instead of holding the
+decision loop for good.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from .gangs import GATE, PLACED_ANNOTATION, ClaimRef, GangPod, pinned_terms
 __all__ = ["ApiError", "ClusterApi", "Informer"]
 
 log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
+"""(connect, read) deadline of every ``ClusterApi`` call, in seconds: urllib3's pair, as ``_request_timeout`` takes it."""
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 PAGE = 500  # objects per list page
@@ -199,16 +205,18 @@ class ClusterApi:
     """The calls the gang service makes (see the module doc); ``api_client`` is a configured
     ``kubernetes.client.ApiClient`` (runtimekit.kube.kubeclient)."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, request_timeout: tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> None:
         from kubernetes import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.resource: Any = client.ResourceV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self._request_timeout = request_timeout
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
         try:
-            response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+            response = await asyncio.to_thread(method, *args, _preload_content=False,
+                                               _request_timeout=self._request_timeout, **kwargs)
         except Exception as error:  # ApiException, or urllib3's connection errors
             raise _api_error(error) from error
         answer: Json = json.loads(response.data or b"{}")

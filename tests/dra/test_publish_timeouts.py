@@ -3,24 +3,22 @@ the request sent, no answer, no reset): every Kubernetes call it makes carries a
 round fails (and is retried) instead of hanging for good with an XID-79 GPU still published.
 
 The fake resource.k8s.io/v1 API server (tests/kube_fake_resource.py) with one kind of request held
-unanswered (an aiohttp middleware that never returns); the publisher's deadline is shortened.
+unanswered (``hold_requests``); the publisher's deadline is shortened.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from runtimekit.kube.dra.config import load
 from runtimekit.kube.dra.publisher import Publisher
 from runtimekit.kube.kubeclient import api_client
 from tests.dra.publish_nodes import NODE, AgentView, node, tdm_gpu, topology, unhealthy
 from tests.kube_fake_resource import FakeResourceApi
-from tests.kube_fakes import serve
+from tests.kube_fakes import hold_requests, serve
 
 DEADLINE = (0.5, 0.5)  # the publisher's (connect, read) deadline in this test
 LONGEST_ROUND = 30.0  # far beyond what a round with that deadline takes, retries included
@@ -36,17 +34,8 @@ LONGEST_ROUND = 30.0  # far beyond what a round with that deadline takes, retrie
 async def test_a_request_left_unanswered_fails_the_round(tmp_path: Path, method: str, path: str) -> None:
     api = FakeResourceApi(version="v1.35.0", nodes=(NODE,))
     held: list[tuple[str, str]] = []
-    released = asyncio.Event()  # set at the end: the held requests then end, and the server can stop
-
-    @web.middleware
-    async def hold(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                   ) -> web.StreamResponse:
-        if held and request.method == held[0][0] and request.path.startswith(held[0][1]):
-            await released.wait()  # no answer meanwhile; the connection stays open
-            return web.Response(status=503)
-        return await handler(request)
-
-    api.app.middlewares.append(hold)
+    released = hold_requests(api.app, lambda request: bool(held) and request.method == held[0][0]
+                             and request.path.startswith(held[0][1]))
     runner, url = await serve(api.app)
     (tmp_path / "kubeconfig").write_text(api.kubeconfig(url))
     client = api_client(str(tmp_path / "kubeconfig"))

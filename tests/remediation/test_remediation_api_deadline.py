@@ -4,7 +4,7 @@ fails the call, so the worker journals the step as failed and goes on, and a SIG
 behind a call that cannot end.
 
 The fake Kubernetes API (tests/kube_fakes.py, because a real API server cannot run here) with one
-kind of request held unanswered by an aiohttp middleware; the node API's deadline is shortened.
+kind of request held unanswered (``hold_requests``); the node API's deadline is shortened.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from runtimekit.kube.remediation.nodes import KubernetesNodeApi
-from tests.kube_fakes import FakeKube, serve
+from tests.kube_fakes import FakeKube, hold_requests, serve
 
 DEADLINE = (0.5, 0.5)  # (connect, read) in this test
 LONGEST_CALL = 20.0  # far beyond what a call with that deadline takes, urllib3's own retries included
@@ -37,17 +36,7 @@ async def test_a_request_left_unanswered_fails_the_call(tmp_path: Path, call: st
     method, path, invoke = CALLS[call]
     kube = FakeKube()
     kube.add_pod("gpu-2", "team", "job-0")
-    released = asyncio.Event()  # set at the end: the held requests then end, and the server can stop
-
-    @web.middleware
-    async def hold(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                   ) -> web.StreamResponse:
-        if request.method == method and request.path == path:
-            await released.wait()  # no answer meanwhile; the connection stays open
-            return web.Response(status=503)
-        return await handler(request)
-
-    kube.app.middlewares.append(hold)
+    released = hold_requests(kube.app, lambda request: request.method == method and request.path == path)
     runner, url = await serve(kube.app)
     (tmp_path / "kubeconfig").write_text(kube.kubeconfig(url))
     api = KubernetesNodeApi(str(tmp_path / "kubeconfig"), request_timeout=DEADLINE)
