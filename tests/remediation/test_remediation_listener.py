@@ -49,7 +49,7 @@ async def test_idle_and_slow_connections_are_closed_and_alerts_still_get_through
         for _, writer in held:
             writer.close()
     finally:
-        service.terminate()
-        stderr = service.communicate(timeout=15)[1].decode()
+        service.terminate()  # reaped off the event loop, which serves the fake API the worker may be calling
+        stderr = (await asyncio.to_thread(service.communicate, None, 15))[1].decode()
     assert service.returncode == 0, stderr
     assert "Traceback" not in stderr
