@@ -20,7 +20,12 @@ from typing import Any
 
 from runtimekit.schema import setting
 
-__all__ = ["ClusterAccessError", "KubernetesConfig", "api_client"]
+__all__ = ["ClusterAccessError", "KubernetesConfig", "REQUEST_TIMEOUT_SECONDS", "api_client"]
+
+REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
+"""The usual (connect, read) deadline of a service's Kubernetes calls, in seconds: urllib3's pair,
+as the client's ``_request_timeout`` takes it. A call without one waits for good on an API server
+that accepted the connection and never answers. A service with tighter needs sets its own."""
 
 
 @dataclass(frozen=True, slots=True)

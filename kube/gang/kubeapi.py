@@ -20,7 +20,7 @@ condition (a strategic merge PATCH of the ``status`` subresource: ``conditions``
 ``type``, so the scheduler's own conditions stay), core/v1 Events, the policy/v1 Eviction of a pod,
 and reads of JobSets, ResourceClaims and ResourceClaimTemplates. A failure is an ``ApiError``
 carrying the HTTP status and the server's message in one line. Every write and read carries a
-deadline (``REQUEST_TIMEOUT_SECONDS``: connect, then answer), so an API server that accepted the
+deadline (``kubeclient.REQUEST_TIMEOUT_SECONDS``: connect, then answer), so an API server that accepted the
 connection and never answers fails the call (``ApiError`` with status 0) instead of holding the
 decision loop for good.
 """
@@ -35,14 +35,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ..kubeclient import REQUEST_TIMEOUT_SECONDS
 from .gangs import GATE, PLACED_ANNOTATION, ClaimRef, GangPod, pinned_terms
 
 __all__ = ["ApiError", "ClusterApi", "Informer"]
 
 log = logging.getLogger(__name__)
-
-REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
-"""(connect, read) deadline of every ``ClusterApi`` call, in seconds: urllib3's pair, as ``_request_timeout`` takes it."""
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 PAGE = 500  # objects per list page

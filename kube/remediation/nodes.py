@@ -13,7 +13,7 @@ Drain lists the node's pods with a ``spec.nodeName`` field selector and evicts e
 Eviction API (policy/v1), which the API server refuses with 429 while a PodDisruptionBudget forbids
 it; pods are never deleted directly.
 
-Every call carries a deadline (``REQUEST_TIMEOUT_SECONDS``: connect, then read): an API server that
+Every call carries a deadline (``kubeclient.REQUEST_TIMEOUT_SECONDS``: connect, then read): an API server that
 accepted the connection and never answers (a half-open connection, an overloaded apiserver) fails
 the step with a timeout, journaled as failed, instead of holding the worker, and the service's
 shutdown, for good.
@@ -31,14 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from ..kubeclient import ClusterAccessError, api_client
+from ..kubeclient import REQUEST_TIMEOUT_SECONDS, ClusterAccessError, api_client
 from .names import checked
 
 __all__ = ["ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
-"""(connect, read) deadline of every call, in seconds: urllib3's pair, as ``_request_timeout`` takes it."""
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
 
 
