@@ -27,7 +27,7 @@ set-up mistake is found before the service starts and is reported as ClusterAcce
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -98,12 +98,12 @@ class KubernetesNodeApi:
         self._client: Any = client
         self._timeout = request_timeout
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``CoreV1Api.<method>`` in an executor thread, with the deadline."""
-        return await asyncio.to_thread(getattr(self._api, method), *args, _request_timeout=self._timeout, **kwargs)
+    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A ``CoreV1Api`` method in an executor thread, with the deadline."""
+        return await asyncio.to_thread(method, *args, _request_timeout=self._timeout, **kwargs)
 
     async def get_node(self, name: str) -> NodeView:
-        node = await self._call("read_node", checked(name))
+        node = await self._call(self._api.read_node, checked(name))
         taints = tuple(t.to_dict() for t in (node.spec.taints or ()))
         return NodeView(name, bool(node.spec.unschedulable), tuple(
             {k: v for k, v in t.items() if v is not None} for t in taints), node.metadata.resource_version,
@@ -116,7 +116,7 @@ class KubernetesNodeApi:
         patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)},
                  "spec": dict(spec)}
         try:
-            await self._call("patch_node", checked(name), patch,
+            await self._call(self._api.patch_node, checked(name), patch,
                              _content_type="application/strategic-merge-patch+json")
         except ApiException as error:
             if error.status == 409:
@@ -124,7 +124,7 @@ class KubernetesNodeApi:
             raise
 
     async def count_nodes(self) -> int:
-        nodes = await self._call("list_node")
+        nodes = await self._call(self._api.list_node)
         return len(nodes.items)
 
     async def list_pods_on_node(self, node: str) -> list[PodRef]:
@@ -132,7 +132,7 @@ class KubernetesNodeApi:
         pods: list[PodRef] = []
         token: str | None = None
         while True:
-            page = await self._call("list_pod_for_all_namespaces", field_selector=selector, limit=500,
+            page = await self._call(self._api.list_pod_for_all_namespaces, field_selector=selector, limit=500,
                                     _continue=token)
             for pod in page.items or ():
                 meta = pod.metadata
@@ -154,7 +154,7 @@ class KubernetesNodeApi:
                                  metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
             # The API server answers with a Status, not an Eviction: do not deserialize it.
-            await self._call("create_namespaced_pod_eviction", name, namespace, body, _preload_content=False)
+            await self._call(self._api.create_namespaced_pod_eviction, name, namespace, body, _preload_content=False)
         except ApiException as error:
             if error.status == 429:
                 return "blocked"
