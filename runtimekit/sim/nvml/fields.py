@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from typing import Any
 
 from ._base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, _device, _LibraryBase, _obj, _v
@@ -12,10 +14,31 @@ __all__ = ["FieldValuesMixin"]
 _UINT, _ULL = 1, 3
 #: NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL -> Counters field (nvml.h).
 _LINK_TOTALS = {38: "nvlink_crc", 45: "nvlink_crc", 52: "nvlink_replay", 59: "nvlink_recovery"}
+#: Per-link fields (scopeId is the link) -> Counters list: NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC},
+#: NVLINK_THROUGHPUT_DATA_{TX,RX} (KiB). NVLINK_GET_STATE (165) is the link's state, not a counter.
+_PER_LINK = {161: "nvlink_replay", 162: "nvlink_recovery", 163: "nvlink_crc", 138: "nvlink_tx_kib", 139: "nvlink_rx_kib"}
+_LINK_STATE = 165
+
+# c_nvmlFieldValue_t (nvml.h): fieldId, scopeId, timestamp (µs), latencyUsec, valueType, nvmlReturn,
+# then the 8-byte value union. An answer is written in one pack: the request's ids, the timestamp,
+# latency 0, the value type, the return code, and the union member the type names (zero-padded).
+_REQUEST = struct.Struct("@II")
+_ANSWER = {_UINT: struct.Struct("@IIqqIII4x"), _ULL: struct.Struct("@IIqqIIQ")}
+# A failed field gets its timestamp and return code only (value type and union left as they were).
+_TIMESTAMP, _TIMESTAMP_AT = struct.Struct("@q"), 8
+_RETURN, _RETURN_AT = struct.Struct("@I"), 28
+
+
+def _fail(buffer: memoryview, offset: int, timestamp_us: int, code: int) -> None:
+    _TIMESTAMP.pack_into(buffer, offset + _TIMESTAMP_AT, timestamp_us)
+    _RETURN.pack_into(buffer, offset + _RETURN_AT, code)
 
 
 class FieldValuesMixin(_LibraryBase):
-    """nvmlDeviceGetFieldValues: the field-id fast path (NVML_FI_* ids)."""
+    """nvmlDeviceGetFieldValues: the field-id fast path (NVML_FI_* ids).
+
+    The answers are packed into the caller's array as bytes: pynvml's structs override attribute
+    access in Python (str <-> bytes), and a GPU with 18 NVLinks is asked ~100 fields a cycle."""
 
     @_device
     def nvmlDeviceGetFieldValues(self, gpu: int, count: Any, ref: Any) -> int:
@@ -24,42 +47,32 @@ class FieldValuesMixin(_LibraryBase):
         s, c = self.node.reading(gpu, t)
         ts = int(self.node.epoch(t) * 1e6)
         links = self._model(gpu).nvlink_links
-        per_link = {  # field id -> (value type, link -> value); scopeId is the link
-            165: (_UINT, lambda link: int(self.node.link_up(gpu, link))),  # NVLINK_GET_STATE
-            161: (_ULL, lambda link: int(c.nvlink_replay[link])),  # NVLINK_ERROR_DL_REPLAY
-            162: (_ULL, lambda link: int(c.nvlink_recovery[link])),  # NVLINK_ERROR_DL_RECOVERY
-            163: (_ULL, lambda link: int(c.nvlink_crc[link])),  # NVLINK_ERROR_DL_CRC (flit)
-            138: (_ULL, lambda link: int(c.nvlink_tx_kib[link])),  # NVLINK_THROUGHPUT_DATA_TX, KiB
-            139: (_ULL, lambda link: int(c.nvlink_rx_kib[link])),  # NVLINK_THROUGHPUT_DATA_RX, KiB
-        }
-        # pynvml's structs override attribute access in Python (str <-> bytes); the plain object
-        # accessors reach the ctypes fields directly, which matters at ~900 fields per cycle.
-        get, put = object.__getattribute__, object.__setattr__
-        for i in range(_v(count)):
-            fv = values[i]
-            fid, scope = get(fv, "fieldId"), get(fv, "scopeId")
-            put(fv, "timestamp", ts)
-            put(fv, "nvmlReturn", SUCCESS)
+        entry = ctypes.sizeof(values._type_)  # c_nvmlFieldValue_t
+        buffer = memoryview(values).cast("B")
+        for offset in range(0, _v(count) * entry, entry):
+            fid, scope = _REQUEST.unpack_from(buffer, offset)
             if fid == 82:  # MEMORY_TEMP, C
                 vt, val = _UINT, s.temp_mem
             elif fid == 197:  # PCIE_COUNT_TX_BYTES
                 vt, val = _ULL, int(c.pcie_tx_bytes)
             elif fid == 198:
                 vt, val = _ULL, int(c.pcie_rx_bytes)
+            elif fid in _PER_LINK or fid == _LINK_STATE:
+                if not 0 <= scope < links:
+                    _fail(buffer, offset, ts, INVALID_ARGUMENT)
+                    continue
+                if fid == _LINK_STATE:
+                    vt, val = _UINT, int(self.node.link_up(gpu, scope))
+                else:
+                    vt, val = _ULL, int(getattr(c, _PER_LINK[fid])[scope])
             elif fid in _LINK_TOTALS:  # NVLINK_*_ERROR_COUNT_TOTAL: summed over links, scope ignored
                 vt, val = _ULL, int(sum(getattr(c, _LINK_TOTALS[fid])))
             elif fid == 91:  # NVLINK_LINK_COUNT
                 vt, val = _UINT, links
             elif fid == 230:  # GET_GPU_RECOVERY_ACTION: what the driver asks for (0: none)
                 vt, val = _UINT, self.node.recovery_action(gpu)
-            elif fid in per_link:
-                if not 0 <= scope < links:
-                    put(fv, "nvmlReturn", INVALID_ARGUMENT)
-                    continue
-                vt, val = per_link[fid][0], per_link[fid][1](scope)
             else:
-                put(fv, "nvmlReturn", NOT_SUPPORTED)
+                _fail(buffer, offset, ts, NOT_SUPPORTED)
                 continue
-            put(fv, "valueType", vt)
-            put(get(fv, "value"), "uiVal" if vt == _UINT else "ullVal", val)
+            _ANSWER[vt].pack_into(buffer, offset, fid, scope, ts, 0, vt, SUCCESS, val)
         return SUCCESS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from typing import Any
 
 from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _device, _LibraryBase, _obj, _v
@@ -9,6 +11,21 @@ from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS,
 __all__ = ["ProcessesMixin"]
 
 _WHOLE_GPU = (_NO_ID, _NO_ID)  # (gpuInstanceId, computeInstanceId) of a process not in a MIG instance
+
+# Rows are packed into the caller's array as bytes: pynvml's structs override attribute access in
+# Python, and a busy node lists hundreds of processes a cycle (nvml.h layouts; checked per call).
+#: nvmlProcessInfo_v2_t / _v3_t: pid, usedGpuMemory (bytes), gpuInstanceId, computeInstanceId.
+_PROCESS_INFO = struct.Struct("@IQII")
+#: nvmlProcessUtilizationSample_t: pid, timeStamp (µs), smUtil, memUtil, encUtil, decUtil (%).
+_UTILIZATION_SAMPLE = struct.Struct("@IQIIII")
+
+
+def _bytes_of(array: Any, layout: struct.Struct) -> memoryview:
+    """The caller's ctypes array as writable bytes, after checking its rows have ``layout``'s size."""
+    if ctypes.sizeof(array._type_) != layout.size:
+        raise TypeError(f"{array._type_.__name__}: {ctypes.sizeof(array._type_)} bytes a row, the fake "
+                        f"writes {layout.size}")
+    return memoryview(array).cast("B")
 
 
 class ProcessesMixin(_LibraryBase):
@@ -22,17 +39,11 @@ class ProcessesMixin(_LibraryBase):
         if array is None or count.value < n:
             count.value = n
             return INSUFFICIENT_SIZE if n else SUCCESS
-        put = object.__setattr__  # past pynvml's Python-level str/bytes __setattr__ (hot with many processes)
-        has_instances = n and hasattr(array[0], "gpuInstanceId")
-        where = self.node.process_instances() if has_instances else {}
-        for i, p in enumerate(procs):
-            e = array[i]
-            put(e, "pid", p["pid"])
-            put(e, "usedGpuMemory", p["used_memory_bytes"])
-            if has_instances:
-                gi, ci = where.get(p["pid"], _WHOLE_GPU)
-                put(e, "gpuInstanceId", gi)
-                put(e, "computeInstanceId", ci)
+        if n:
+            rows, pack, size = _bytes_of(array, _PROCESS_INFO), _PROCESS_INFO.pack_into, _PROCESS_INFO.size
+            where = self.node.process_instances()
+            for offset, p in zip(range(0, n * size, size), procs, strict=True):
+                pack(rows, offset, p["pid"], p["used_memory_bytes"], *where.get(p["pid"], _WHOLE_GPU))
         count.value = n
         return SUCCESS
 
@@ -67,15 +78,10 @@ class ProcessesMixin(_LibraryBase):
         if samples is None or count.value < len(procs):
             count.value = len(procs)
             return INSUFFICIENT_SIZE
-        put = object.__setattr__
+        rows, pack, size = _bytes_of(samples, _UTILIZATION_SAMPLE), _UTILIZATION_SAMPLE.pack_into, _UTILIZATION_SAMPLE.size
         total = sum(p["used_memory_bytes"] for p in procs) or 1
-        for i, p in enumerate(procs):
-            e, share = samples[i], p["used_memory_bytes"] / total
-            put(e, "pid", p["pid"])
-            put(e, "timeStamp", stamp)
-            put(e, "smUtil", int(s.util_gpu * share))
-            put(e, "memUtil", int(s.util_mem * share))
-            put(e, "encUtil", 0)
-            put(e, "decUtil", 0)
+        for offset, p in zip(range(0, len(procs) * size, size), procs, strict=True):
+            share = p["used_memory_bytes"] / total
+            pack(rows, offset, p["pid"], stamp, int(s.util_gpu * share), int(s.util_mem * share), 0, 0)
         count.value = len(procs)
         return SUCCESS
