@@ -6,7 +6,6 @@ tests drive them with tables.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from runtimekit.attribution.types import (
@@ -17,7 +16,7 @@ from runtimekit.attribution.types import (
     PodGpuUsage,
     ProcessFacts,
 )
-from runtimekit.gpu.types import GpuProcess, GpuSnapshot, NodeSnapshot, Reading, is_available
+from runtimekit.gpu.types import GpuProcess, GpuSnapshot, NodeSnapshot, Reading, Unavailable, is_available
 from runtimekit.state.refs import parse_device_id
 
 
@@ -87,18 +86,26 @@ def _by_memory(row: AttributedProcess) -> tuple[int, int]:
 
 def _usage(gpu: GpuSnapshot, rows: list[AttributedProcess]) -> list[PodGpuUsage]:
     """Per container (and per MIG instance on a GPU in MIG mode): its processes' memory and SM
-    ratios summed. Owners are grouped by their fields (an Owner's own hash runs in Python)."""
-    groups: dict[tuple[object, ...], list[AttributedProcess]] = defaultdict(list)
+    ratios summed. Owners are grouped by their fields, and instance ids by their number (-1 when
+    not supported): an Owner's or Unavailable's own hash runs in Python, and this runs for every
+    GPU whose processes changed, every sample."""
+    groups: dict[tuple[object, ...], list[AttributedProcess]] = {}
     for row in rows:
         owner = row.owner
-        if owner.known:
-            groups[(owner.namespace, owner.pod, owner.container, owner.pod_uid, owner.container_id,
-                    row.gpu_instance_id, row.compute_instance_id)].append(row)
+        if owner.pod:  # Owner.known
+            gi, ci = row.gpu_instance_id, row.compute_instance_id
+            key = (owner.namespace, owner.pod, owner.container, owner.pod_uid, owner.container_id,
+                   gi if type(gi) is int else -1, ci if type(ci) is int else -1)
+            members = groups.get(key)
+            if members is None:
+                groups[key] = [row]
+            else:
+                members.append(row)
     pods = []
     for members in groups.values():
         first = members[0]
-        memory = [r.used_memory_bytes for r in members if is_available(r.used_memory_bytes)]
-        sm = [r.sm_utilization for r in members if is_available(r.sm_utilization)]
+        memory = [used for r in members if not isinstance(used := r.used_memory_bytes, Unavailable)]
+        sm = [ratio for r in members if not isinstance(ratio := r.sm_utilization, Unavailable)]
         pods.append(
             PodGpuUsage(
                 owner=first.owner,
