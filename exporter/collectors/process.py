@@ -117,8 +117,8 @@ class ProcessCollector(CardCollector):
         rows_memo: dict[int, tuple[AttributedProcess, _Entries]] = {}
         seen_rows: set[tuple[int, int]] = set()
         seen_pids: set[int] = set()
-        per_gpu = (memory.rows, *(family.rows for family in ratios.values()))
-        per_process = (cpu.rows, resident.rows)
+        on_gpu: list[tuple[_Row | None, ...]] = []  # per attribution row kept: its per-GPU family rows
+        of_process: list[tuple[_Row | None, ...]] = []  # per process, once: its per-process family rows
         for row in attribution.processes:
             # NVML lists a process with compute and graphics contexts ("C+G") twice: one series.
             if (row.gpu_index, row.pid) in seen_rows:
@@ -130,18 +130,19 @@ class ProcessCollector(CardCollector):
             else:
                 entries = _entries(row, labels_of)
             rows_memo[id(row)] = (row, entries)
-            for rows, entry in zip(per_gpu, entries[0], strict=True):
-                if entry is not None:
-                    rows.append(entry)
+            on_gpu.append(entries[0])
             host = row.host
             if host is None or row.pid in seen_pids:
                 continue  # per process, not per GPU: counted once
             seen_pids.add(row.pid)
-            for rows, entry in zip(per_process, entries[1], strict=True):
-                if entry is not None:
-                    rows.append(entry)
+            of_process.append(entries[1])
             if self._cmdline:
                 info.add_metric(entries[2], {"command": self._redact(host.cmdline)})
+        # Each family's rows in one pass over the entries (a row is None where its reading is Unavailable).
+        for position, family in enumerate((memory, *ratios.values())):
+            family.rows.extend([entry for entries in on_gpu if (entry := entries[position]) is not None])
+        for position, family in enumerate((cpu, resident)):
+            family.rows.extend([entry for entries in of_process if (entry := entries[position]) is not None])
         self._rows = rows_memo
         if len(labels_of) > 2 * len(rows_memo) + 64:  # processes gone: forget their labels
             current = {_identity(row) for row, _ in rows_memo.values()}
