@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,15 @@ def _put_str(buf: Any, length: Any, text: str) -> int:
         return INSUFFICIENT_SIZE
     buf.value = raw
     return SUCCESS
+
+
+def _bytes_of(array: Any, layout: struct.Struct) -> memoryview:
+    """The caller's ctypes array as writable bytes, after checking its rows have ``layout``'s size
+    (answers are packed into it: pynvml's structs override attribute access in Python)."""
+    if ctypes.sizeof(array._type_) != layout.size:
+        raise TypeError(f"{array._type_.__name__}: {ctypes.sizeof(array._type_)} bytes a row, the fake "
+                        f"writes {layout.size}")
+    return memoryview(array).cast("B")
 
 
 def _fill_pci(info: Any, bus_id: str, device_id: int, subsystem_id: int) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from typing import Any
 
-from ._base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, _device, _LibraryBase, _obj, _v
+from ._base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, _bytes_of, _device, _LibraryBase, _obj, _v
 
 __all__ = ["FieldValuesMixin"]
 
@@ -30,6 +29,7 @@ _RETURN, _RETURN_AT = struct.Struct("@I"), 28
 
 
 def _fail(buffer: memoryview, offset: int, timestamp_us: int, code: int) -> None:
+    """Answer the field at ``offset`` with an error ``code`` (nvmlReturn_t)."""
     _TIMESTAMP.pack_into(buffer, offset + _TIMESTAMP_AT, timestamp_us)
     _RETURN.pack_into(buffer, offset + _RETURN_AT, code)
 
@@ -47,8 +47,7 @@ class FieldValuesMixin(_LibraryBase):
         s, c = self.node.reading(gpu, t)
         ts = int(self.node.epoch(t) * 1e6)
         links = self._model(gpu).nvlink_links
-        entry = ctypes.sizeof(values._type_)  # c_nvmlFieldValue_t
-        buffer = memoryview(values).cast("B")
+        buffer, entry = _bytes_of(values, _ANSWER[_ULL]), _ANSWER[_ULL].size  # c_nvmlFieldValue_t rows
         for offset in range(0, _v(count) * entry, entry):
             fid, scope = _REQUEST.unpack_from(buffer, offset)
             if fid == 82:  # MEMORY_TEMP, C

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from typing import Any
 
-from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _device, _LibraryBase, _obj, _v
+from ._base import _NO_ID, INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _bytes_of, _device, _LibraryBase, _obj, _v
 
 __all__ = ["ProcessesMixin"]
 
@@ -18,14 +17,6 @@ _WHOLE_GPU = (_NO_ID, _NO_ID)  # (gpuInstanceId, computeInstanceId) of a process
 _PROCESS_INFO = struct.Struct("@IQII")
 #: nvmlProcessUtilizationSample_t: pid, timeStamp (µs), smUtil, memUtil, encUtil, decUtil (%).
 _UTILIZATION_SAMPLE = struct.Struct("@IQIIII")
-
-
-def _bytes_of(array: Any, layout: struct.Struct) -> memoryview:
-    """The caller's ctypes array as writable bytes, after checking its rows have ``layout``'s size."""
-    if ctypes.sizeof(array._type_) != layout.size:
-        raise TypeError(f"{array._type_.__name__}: {ctypes.sizeof(array._type_)} bytes a row, the fake "
-                        f"writes {layout.size}")
-    return memoryview(array).cast("B")
 
 
 class ProcessesMixin(_LibraryBase):
