@@ -11,8 +11,8 @@ __all__ = ["ProcessesMixin"]
 
 _WHOLE_GPU = (_NO_ID, _NO_ID)  # (gpuInstanceId, computeInstanceId) of a process not in a MIG instance
 
-# Rows are packed into the caller's array as bytes: pynvml's structs override attribute access in
-# Python, and a busy node lists hundreds of processes a cycle (nvml.h layouts; checked per call).
+# Rows are packed into the caller's array (``_bytes_of``) in these nvml.h layouts; a busy node lists
+# hundreds of processes a cycle.
 #: nvmlProcessInfo_v2_t / _v3_t: pid, usedGpuMemory (bytes), gpuInstanceId, computeInstanceId.
 _PROCESS_INFO = struct.Struct("@IQII")
 #: nvmlProcessUtilizationSample_t: pid, timeStamp (µs), smUtil, memUtil, encUtil, decUtil (%).
