@@ -10,6 +10,9 @@ has no simulator code, keys or routes. NVML is shut down last, in a thread of it
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +36,8 @@ SESSION = web.AppKey("session", NvmlSession)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 DESCRIPTION = web.AppKey("description", str)
 NVML_SHUTDOWN_SECONDS = 1.0
+
+log = logging.getLogger("runtimekit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,21 @@ async def serve(
     """Run the agent until SIGTERM or SIGINT; stop cleanly within the listener's SHUTDOWN_SECONDS. The listener
     (``runtimekit.listener``) applies ``config.listener``: read deadlines, a connection cap, one line
     when out of descriptors, client errors counted."""
+    asyncio.get_running_loop().set_exception_handler(_grpc_teardown_race_is_quiet)
     app = build_app(config, registrations)
     await serve_app(app, config.listen_host, config.listen_port, config.listener,
                     on_listening=on_listening)
+
+
+def _grpc_teardown_race_is_quiet(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """The loop's handler of errors no task caught: grpcio's asyncio poller can read its event
+    descriptor once more after grpc closed it while the agent stops (OSError EBADF raised in
+    ``PollerCompletionQueue._handle_events``, a callback of grpc's, not ours). That is logged at
+    debug, not as an error with a traceback; anything else goes to the loop's default handler."""
+    error = context.get("exception")
+    if isinstance(error, OSError) and error.errno == errno.EBADF and error.__traceback__ is not None:
+        frames = traceback.extract_tb(error.__traceback__)
+        if frames and frames[-1].name == "_handle_events" and "completion_queue" in frames[-1].filename:
+            log.debug("grpc's poller read its closed descriptor while stopping: %s", error)
+            return
+    loop.default_exception_handler(context)
