@@ -37,6 +37,7 @@ from runtimekit.attribution.podresources import PodResourcesClient
 from runtimekit.grpc_unix import UnixRpcError
 from runtimekit.kube.gang.offer import offer_annotation
 from runtimekit.schema import shown
+from runtimekit.waiting import within
 
 from .config import DevicePluginConfig
 from .nodeapi import NodeAnnotation, api_fault
@@ -99,10 +100,7 @@ class OfferWriter:
         version = self.watch.version
         while True:
             await self.step()
-            try:
-                version = await asyncio.wait_for(self.watch.wait_newer(version), self.settings.poll_seconds)
-            except TimeoutError:
-                pass
+            version = await within(self.settings.poll_seconds, self.watch.wait_newer(version), version)
 
     def desired(self) -> str | None:
         """The annotation's text now; None until the node and the pods' devices are known. A node

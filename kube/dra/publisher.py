@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
+from runtimekit.waiting import within
 
 from .config import DraConfig
 from .devices import inventory
@@ -125,10 +126,7 @@ class Publisher:
                     log.info("publishing ResourceSlices works again after %d failures", failures)
                 failures = 0
             delay = min(self._interval * 2 ** failures, BACKOFF_MAX_SECONDS) if failures else self._interval
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            await within(delay, self._wake.wait(), False)
             self._wake.clear()
 
     async def publish(self) -> None:

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runtimekit.waiting import within
+
 from .config import GangConfig
 from .demand import DemandReader
 from .gangs import CONDITION, GangError, GangPod, group_gangs
@@ -97,11 +99,8 @@ class GangController:
         self.cluster.start()
         try:
             while True:
-                try:
-                    await asyncio.wait_for(self.changed.wait(), settings.resync_seconds)
+                if await within(settings.resync_seconds, self.changed.wait(), False):
                     await asyncio.sleep(settings.settle_seconds)
-                except TimeoutError:
-                    pass
                 self.changed.clear()
                 if not self.cluster.synced:
                     continue

@@ -138,7 +138,12 @@ async def test_gang_serve_gates_places_and_stops_cleanly(tmp_path: Path, require
         nodes = sorted(pinned_node(api.pod("default", f"g-{i}")) for i in range(4))
         assert nodes == ["n0", "n0", "n1", "n1"], "two pods of 4 GPUs on each 8-GPU node"
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 15) == 0
+        try:
+            assert await asyncio.wait_for(process.wait(), 15) == 0
+        except TimeoutError:
+            process.kill()
+            said = (await process.stderr.read()).decode() if process.stderr else ""
+            pytest.fail(f"gang serve did not stop within 15 s of SIGTERM; its stderr:\n{said}")
     finally:
         if process.returncode is None:
             process.kill()
