@@ -310,24 +310,25 @@ def _join(path: str, key: str) -> str:
 # -- a listen address, as both services take it -----------------------------------------------------
 
 def listen_address(value: str) -> str | None:
-    try:
-        parse_listen(value)
-    except ValueError as error:
-        return str(error)
+    """The rule ``value`` breaks as a listen address, or None (``check_value`` adds the value)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        return "must be HOST:PORT"
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"port must be a number 0..65535 (it is {port!r})"
+    if host not in ("localhost",) and not _is_hostname(host):
+        return f"host must be an IP address or a hostname (it is {host!r})"
     return None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises ValueError with the rule."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"must be HOST:PORT, got {value!r}")
-    host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"port must be a number 0..65535, got {port!r}")
-    if host not in ("localhost",) and not _is_hostname(host):
-        raise ValueError(f"host must be an IP address or a hostname, got {host!r}")
-    return host, int(port)
+    problem = listen_address(value)
+    if problem:
+        raise ValueError(f"{problem}, got {value!r}")
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def _is_hostname(host: str) -> bool:

@@ -82,6 +82,20 @@ def test_ipv6_listen_address():
     assert config.parse_listen("[::1]:9445") == ("::1", 9445)
 
 
+@pytest.mark.parametrize(
+    "listen, rule",
+    [
+        ("nowhere", "listen: must be HOST:PORT, got 'nowhere'"),
+        ("127.0.0.1:99999", "listen: port must be a number 0..65535 (it is '99999'), got '127.0.0.1:99999'"),
+        ("a b:9445", "listen: host must be an IP address or a hostname (it is 'a b'), got 'a b:9445'"),
+    ],
+)
+def test_a_bad_listen_address_is_named_once_with_its_rule(tmp_path, listen, rule):
+    with pytest.raises(ConfigError) as error:
+        config.load(write(tmp_path, f"listen: {listen}\n"))
+    assert str(error.value) == rule
+
+
 def test_the_example_file_names_every_key_with_its_default():
     from pathlib import Path
 
