@@ -1,9 +1,10 @@
 """The device plugin service (deviceplugin v1beta1 ``DevicePlugin``) of one resource, on its own socket.
 
 The servicer only translates: the devices come from ``DeviceWatch``, the choices from
-``Allocator``. Every ListAndWatch stream sends the resource's devices at once, then the whole
-list again after every change of an ID or a health (and nothing when a change elsewhere left this
-resource as it was). Allocate refuses an ID this plugin does not advertise (INVALID_ARGUMENT,
+``Allocator``. Every ListAndWatch stream sends the resource's devices as soon as the agent's node
+has been read once (never an empty list for want of that reading), then the whole list again
+after every change of an ID or a health (and nothing when a change elsewhere left this resource
+as it was). Allocate refuses an ID this plugin does not advertise (INVALID_ARGUMENT,
 naming the field), as the kubelet only hands out advertised IDs.
 """
 
@@ -46,14 +47,16 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     async def ListAndWatch(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                            ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         sent: list[api_pb2.Device] | None = None
-        version = -1  # never a real version: the first list goes out at once
+        # Nothing is sent before the agent's node has been read once: an empty first list would
+        # tell the kubelet the node has none of this resource (allocatable 0) until the next one.
+        version = self.watch.version if self.watch.node_known else await self.watch.wait_newer(self.watch.version)
         while True:
-            version = self.watch.version if version == -1 else await self.watch.wait_newer(version)
             devices = self.devices()
             if devices != sent:
                 log.debug("ListAndWatch %s: %s", self.resource, ", ".join(f"{d.ID} {d.health}" for d in devices))
                 yield api_pb2.ListAndWatchResponse(devices=devices)
                 sent = devices
+            version = await self.watch.wait_newer(version)
 
     async def GetPreferredAllocation(self, request: api_pb2.PreferredAllocationRequest,
                                      context: grpc.aio.ServicerContext) -> api_pb2.PreferredAllocationResponse:

@@ -13,8 +13,8 @@
   stream is opened again ``health_poll_seconds`` later.
 
 The newest verdict wins (by ``evaluated_at``; an older one, from a poll that raced the stream, is
-ignored). Each change of the advertised devices bumps ``version`` and wakes every ListAndWatch
-stream and the offer annotation's writer (``wait_newer``); ``topology`` keeps the newest
+ignored). The first reading of the node and each change of the advertised devices bump ``version``
+and wake every ListAndWatch stream and the offer annotation's writer (``wait_newer``); ``topology`` keeps the newest
 GetTopology answer for that writer (its NVLink links and NICs). While the agent is unreachable
 the last devices stay advertised as they were (the kubelet keeps its pods); failures and
 recoveries are logged once per transition.
@@ -75,9 +75,10 @@ class DeviceWatch:
         node = await self.agent.get_node()
         slices = await self.agent.list_slices() if any(device.slice_ids for device in node.devices) else []
         await self._read_topology(node)
+        first = self._node is None
         self._node, self._slices = node, slices
         self._take_health(node.health)
-        self._update()
+        self._update(announce=first)
 
     async def _read_topology(self, node: node_pb2.Node) -> None:
         """GetTopology when ``node``'s cards are not those of the last complete topology."""
@@ -119,11 +120,13 @@ class DeviceWatch:
         if health.evaluated_at.ToNanoseconds() >= self._health.evaluated_at.ToNanoseconds():
             self._health = health
 
-    def _update(self) -> None:
+    def _update(self, *, announce: bool = False) -> None:
+        """Apply the node and health read last; a change (or ``announce``: the node's first
+        reading, even of no devices) bumps ``version`` and wakes the waiters."""
         if self._node is None:
             return
         new = units(self._node, self._health, self.config, self._slices, self._numa)
-        if new == self.units:
+        if new == self.units and not announce:
             return
         before = {unit.id: unit for unit in self.units}
         for unit in new:

@@ -19,9 +19,12 @@ from pathlib import Path
 import grpc
 import pytest
 from dp_agent import MIG_CARD, FakeAgent, gpu_uuid, make_health, make_topology, mig_slice, mig_uuid
+from dp_kubelet import FakeKubelet
 from dp_rig import Rig, start_rig, stop_rig
 
 from runtimekit._proto.deviceplugin.v1beta1 import api_pb2
+from runtimekit.kube.deviceplugin.config import load
+from runtimekit.kube.deviceplugin.service import DevicePluginService
 
 GPU = "nvidia.com/gpu"
 MIG_3G, MIG_1G = "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"
@@ -29,8 +32,7 @@ HEALTHY_GPUS = [(gpu_uuid(index), "Healthy") for index in range(MIG_CARD)]
 
 
 async def list_where(rig: Rig, resource: str, wanted: Callable[[list[tuple[str, str]]], bool]) -> list[tuple[str, str]]:
-    """The first ListAndWatch list of ``resource`` that is ``wanted`` (earlier ones are skipped:
-    before the agent's first answer the list is empty)."""
+    """The first ListAndWatch list of ``resource`` that is ``wanted`` (earlier ones are skipped)."""
     while True:
         devices = await rig.kubelet.next_list(resource)
         if wanted(devices):
@@ -55,6 +57,36 @@ async def test_registers_every_resource_and_lists_its_devices(rig: Rig) -> None:
     assert await list_where(rig, MIG_1G, bool) == [(mig_uuid(MIG_CARD, 7), "Healthy")]
     options = rig.kubelet.connections[GPU].options
     assert options is not None and options.get_preferred_allocation_available and not options.pre_start_required
+
+
+async def test_no_list_goes_out_before_the_agent_answers(short_dir: Path) -> None:
+    """An empty first list would tell the kubelet the node has no GPUs (allocatable 0) until the
+    next one: the stream stays silent until the agent's node is read, then carries its devices."""
+    agent = FakeAgent(str(short_dir / "agent.sock"))  # not serving yet
+    kubelet = FakeKubelet(str(short_dir / "device-plugins"))
+    await kubelet.start()
+    config = load(None, {"agent_socket": agent.socket_path, "kubelet_socket": kubelet.socket_path,
+                         "health_poll_seconds": 0.1, "kubelet_poll_seconds": 0.05})
+    service = DevicePluginService(config)
+    rig = Rig(agent, kubelet, service, asyncio.create_task(service.run()))
+    try:
+        await rig.kubelet.wait_registrations(1)
+        with pytest.raises(TimeoutError):
+            await rig.kubelet.next_list(GPU, timeout=0.5)  # polled five times meanwhile: no answer, no list
+        await agent.start()
+        assert await rig.kubelet.next_list(GPU) == HEALTHY_GPUS  # the first list the kubelet sees
+    finally:
+        await stop_rig(rig)
+
+
+async def test_a_node_without_gpus_is_listed_empty_once_read(short_dir: Path) -> None:
+    rig = await start_rig(short_dir)
+    del rig.agent.node.devices[:]  # the agent answers: no GPU at all
+    try:
+        await rig.kubelet.wait_registrations(1)
+        assert await rig.kubelet.next_list(GPU) == []  # known to be empty: said so
+    finally:
+        await stop_rig(rig)
 
 
 def preferred_request(available: list[str], must: list[str], size: int) -> api_pb2.PreferredAllocationRequest:

@@ -46,7 +46,12 @@ async def test_a_chmod_of_the_socket_does_not_restart_the_server(kubelet: FakeKu
     try:
         await service.reconcile()
         await kubelet.wait_registrations(1)
-        assert await kubelet.next_list(GPU) == []  # the kubelet's ListAndWatch stream is open (no agent: no devices)
+        for _ in range(200):  # the kubelet's ListAndWatch stream opens
+            if GPU in kubelet.connections and kubelet.connections[GPU].streams == 1:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert kubelet.connections[GPU].lists.empty()  # no agent: nothing sent, not an empty list
         path = os.path.join(kubelet.directory, SOCKET)
         os.chmod(path, 0o600)  # a new change time, as chown and an SELinux relabel give too
         for _ in range(3):
