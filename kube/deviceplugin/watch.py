@@ -13,11 +13,11 @@
   stream is opened again ``health_poll_seconds`` later.
 
 The newest verdict wins (by ``evaluated_at``; an older one, from a poll that raced the stream, is
-ignored). The first reading of the node and each change of the advertised devices bump ``version``
-and wake every ListAndWatch stream and the offer annotation's writer (``wait_newer``); ``topology`` keeps the newest
-GetTopology answer for that writer (its NVLink links and NICs). While the agent is unreachable
-the last devices stay advertised as they were (the kubelet keeps its pods); failures and
-recoveries are logged once per transition.
+ignored). The first reading of the node and each change of the advertised devices bump
+``version`` and wake every ListAndWatch stream and the offer annotation's writer
+(``wait_newer``); ``topology`` keeps the newest GetTopology answer for that writer (its NVLink
+links and NICs). While the agent is unreachable the last devices stay advertised as they were
+(the kubelet keeps its pods); failures and recoveries are logged once per transition.
 """
 
 from __future__ import annotations
