@@ -23,9 +23,11 @@ class Rig:
     task: asyncio.Task[None]
 
 
-async def start_rig(directory: Path, **overrides: Any) -> Rig:
+async def start_rig(directory: Path, *, start_agent: bool = True, **overrides: Any) -> Rig:
+    """The rig, its service running; ``start_agent=False`` leaves the agent for the test to start."""
     agent = FakeAgent(str(directory / "agent.sock"))
-    await agent.start()
+    if start_agent:
+        await agent.start()
     kubelet = FakeKubelet(str(directory / "device-plugins"))
     await kubelet.start()
     config = load(None, {"agent_socket": agent.socket_path, "kubelet_socket": kubelet.socket_path,

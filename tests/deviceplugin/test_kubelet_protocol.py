@@ -19,12 +19,9 @@ from pathlib import Path
 import grpc
 import pytest
 from dp_agent import MIG_CARD, FakeAgent, gpu_uuid, make_health, make_topology, mig_slice, mig_uuid
-from dp_kubelet import FakeKubelet
 from dp_rig import Rig, start_rig, stop_rig
 
 from runtimekit._proto.deviceplugin.v1beta1 import api_pb2
-from runtimekit.kube.deviceplugin.config import load
-from runtimekit.kube.deviceplugin.service import DevicePluginService
 
 GPU = "nvidia.com/gpu"
 MIG_3G, MIG_1G = "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"
@@ -62,18 +59,12 @@ async def test_registers_every_resource_and_lists_its_devices(rig: Rig) -> None:
 async def test_no_list_goes_out_before_the_agent_answers(short_dir: Path) -> None:
     """An empty first list would tell the kubelet the node has no GPUs (allocatable 0) until the
     next one: the stream stays silent until the agent's node is read, then carries its devices."""
-    agent = FakeAgent(str(short_dir / "agent.sock"))  # not serving yet
-    kubelet = FakeKubelet(str(short_dir / "device-plugins"))
-    await kubelet.start()
-    config = load(None, {"agent_socket": agent.socket_path, "kubelet_socket": kubelet.socket_path,
-                         "health_poll_seconds": 0.1, "kubelet_poll_seconds": 0.05})
-    service = DevicePluginService(config)
-    rig = Rig(agent, kubelet, service, asyncio.create_task(service.run()))
+    rig = await start_rig(short_dir, start_agent=False)
     try:
         await rig.kubelet.wait_registrations(1)
         with pytest.raises(TimeoutError):
             await rig.kubelet.next_list(GPU, timeout=0.5)  # polled five times meanwhile: no answer, no list
-        await agent.start()
+        await rig.agent.start()
         assert await rig.kubelet.next_list(GPU) == HEALTHY_GPUS  # the first list the kubelet sees
     finally:
         await stop_rig(rig)
