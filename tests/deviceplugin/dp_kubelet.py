@@ -59,6 +59,7 @@ class Connection:
     lists: asyncio.Queue[list[tuple[str, str]]] = field(default_factory=asyncio.Queue)
     devices: list[api_pb2.Device] = field(default_factory=list)  # the newest list, whole
     streams: int = 0  # ListAndWatch streams opened (a plugin server restarted drops the stream)
+    streaming: asyncio.Event = field(default_factory=asyncio.Event)  # set once a stream is opened
     channel: grpc.aio.Channel | None = None
     stub: api_pb2_grpc.DevicePluginStub | None = None
     task: asyncio.Task[None] | None = None
@@ -99,6 +100,7 @@ class FakeKubelet(UnixGrpcServer, api_pb2_grpc.RegistrationServicer):
         connection.stub = api_pb2_grpc.DevicePluginStub(connection.channel)
         connection.options = await connection.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
         connection.streams += 1
+        connection.streaming.set()
         async for response in connection.stub.ListAndWatch(api_pb2.Empty()):
             connection.devices = list(response.devices)
             await connection.lists.put([(device.ID, device.health) for device in response.devices])
@@ -115,6 +117,10 @@ class FakeKubelet(UnixGrpcServer, api_pb2_grpc.RegistrationServicer):
         async with self._registered:
             await asyncio.wait_for(self._registered.wait_for(lambda: len(self.registrations) >= count), timeout)
         return list(self.registrations)
+
+    async def wait_stream(self, resource: str, timeout: float = 10.0) -> None:
+        """Wait until a ListAndWatch stream of ``resource`` (registered already) has been opened."""
+        await asyncio.wait_for(self.connections[resource].streaming.wait(), timeout)
 
     async def next_list(self, resource: str, timeout: float = 10.0) -> list[tuple[str, str]]:
         """The next ListAndWatch list of ``resource``: (ID, health) pairs."""

@@ -46,10 +46,7 @@ async def test_a_chmod_of_the_socket_does_not_restart_the_server(kubelet: FakeKu
     try:
         await service.reconcile()
         await kubelet.wait_registrations(1)
-        for _ in range(200):  # the kubelet's ListAndWatch stream opens
-            if GPU in kubelet.connections and kubelet.connections[GPU].streams == 1:
-                break
-            await asyncio.sleep(0.01)
+        await kubelet.wait_stream(GPU)
         await asyncio.sleep(0.2)
         assert kubelet.connections[GPU].lists.empty()  # no agent: nothing sent, not an empty list
         path = os.path.join(kubelet.directory, SOCKET)
