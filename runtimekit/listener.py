@@ -47,6 +47,7 @@ from runtimekit.config import ListenerConfig
 from runtimekit.listener_connection import EVICTION_ORDER, GuardedHandler, Phase, request_started
 from runtimekit.log_summary import EventSummary
 from runtimekit.schema import shown
+from runtimekit.waiting import finished_within
 from runtimekit.webconfig import GUARD, ConnectionRefused, Guard
 
 log = logging.getLogger(__name__)
@@ -331,9 +332,7 @@ async def listening(
     finally:
         if listener is not None:
             listener.close()
-        try:
-            await asyncio.wait_for(runner.cleanup(), shutdown_seconds)
-        except TimeoutError:
+        if not await finished_within(shutdown_seconds, runner.cleanup()):
             log.error("shutdown took longer than %.1f s; exiting anyway", shutdown_seconds)
 
 

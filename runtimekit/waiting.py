@@ -5,7 +5,7 @@ awaited thing completes (an event set, a value arrived): the caller's loop goes 
 the one cancellation that a service's stop sends is lost, so the process never exits (seen as a
 ``gang serve`` that did not stop on SIGTERM; CPython issue gh-86296, fixed in 3.12, where
 ``wait_for`` is built on ``asyncio.timeout``). ``asyncio.timeout`` tells its own cancellation from
-the caller's, so ``within`` uses it.
+the caller's, so ``within`` and ``finished_within`` use it, and nothing here calls ``wait_for``.
 """
 
 from __future__ import annotations
@@ -29,3 +29,15 @@ async def within(seconds: float, awaitable: Awaitable[T], default: T) -> T:
         if not limit.expired():
             raise
         return default
+
+
+async def finished_within(seconds: float, awaitable: Awaitable[object]) -> bool:
+    """``await awaitable`` for at most ``seconds``: True when it ended in time, False when the time
+    ran out (it is cancelled then). For one-shot steps of a stop, such as a cleanup with a deadline:
+    the same guarantees as ``within``."""
+
+    async def finished() -> bool:
+        await awaitable
+        return True
+
+    return await within(seconds, finished(), False)

@@ -37,7 +37,7 @@ from runtimekit.attribution.podresources import PodResourcesClient
 from runtimekit.grpc_unix import UnixRpcError
 from runtimekit.kube.gang.offer import offer_annotation
 from runtimekit.schema import shown
-from runtimekit.waiting import within
+from runtimekit.waiting import finished_within, within
 
 from .config import DevicePluginConfig
 from .nodeapi import NodeAnnotation, api_fault
@@ -160,9 +160,12 @@ class OfferWriter:
         if self.written is None and not interrupted:
             return
         try:
-            await asyncio.wait_for(self.annotation.write(None), WITHDRAW_TIMEOUT_SECONDS)
+            removed = await finished_within(WITHDRAW_TIMEOUT_SECONDS, self.annotation.write(None))
         except Exception as error:  # stopping: whatever went wrong, log it and stop
             log.warning("offer annotation: could not remove it: %s", api_fault(error))
+            return
+        if not removed:
+            log.warning("offer annotation: could not remove it: no answer within %.0f s", WITHDRAW_TIMEOUT_SECONDS)
             return
         self.written = None
         log.info("offer annotation: removed (the plugin stops)")

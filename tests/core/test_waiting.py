@@ -4,11 +4,14 @@ On Python 3.11 ``asyncio.wait_for`` returns normally when the cancellation reach
 thing completes; the gang controller, the DRA publisher and the offer-annotation writer waited that
 way, so a SIGTERM that came with a wake-up was lost and the service ran on (``gang serve`` did not
 exit within 15 s in a clean-clone test run). Each test here sets the wake-up and cancels the loop
-in the same step of the event loop, which makes that race happen every time.
+in the same step of the event loop, which makes that race happen every time. The one-shot steps of
+a stop (the HTTP listener's cleanup, the offer annotation's withdrawal) wait with
+``finished_within`` for the same reason, and no source file calls ``asyncio.wait_for``.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +24,8 @@ from runtimekit.kube.deviceplugin.config import load as load_device_plugin_confi
 from runtimekit.kube.deviceplugin.offer_writer import OfferWriter
 from runtimekit.kube.dra.config import load as load_dra_config
 from runtimekit.kube.dra.publisher import Publisher
-from runtimekit.waiting import within
+from runtimekit.waiting import finished_within, within
+from tests.core.test_layering import sources
 from tests.gang.gang_rig import start_rig
 
 STOP_SECONDS = 2.0  # far more than a cancelled loop needs; the loops wait 5 s or more between rounds
@@ -59,6 +63,37 @@ async def test_within_lets_a_timeout_error_of_the_awaitable_through() -> None:
 
     with pytest.raises(TimeoutError, match="own deadline"):
         await within(10.0, fails(), False)
+
+
+async def test_finished_within_says_whether_the_awaitable_ended_in_time() -> None:
+    event = asyncio.Event()
+    event.set()
+    assert await finished_within(1.0, event.wait()) is True
+    assert await finished_within(0.01, asyncio.Event().wait()) is False
+
+
+async def test_a_step_finishing_within_stops_on_a_cancel_that_comes_as_it_ends() -> None:
+    event = asyncio.Event()
+    after: list[str] = []
+
+    async def stop_step() -> None:
+        await finished_within(60.0, event.wait())
+        after.append("went on")
+        await asyncio.Event().wait()  # a caller that lost the cancel would wait here for good
+
+    await _stops_when_cancelled_with(asyncio.create_task(stop_step()), event.set)
+    assert after == []
+
+
+def test_no_source_file_calls_asyncio_wait_for() -> None:
+    calls = [
+        f"{relative}:{node.lineno}"
+        for relative, path in sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), relative))
+        if isinstance(node, ast.Attribute) and node.attr == "wait_for"
+        and isinstance(node.value, ast.Name) and node.value.id == "asyncio"
+    ]
+    assert calls == [], "asyncio.wait_for can lose a stop's cancellation on Python 3.11: use runtimekit.waiting"
 
 
 async def test_a_loop_waiting_within_stops_on_a_cancel_that_comes_with_the_wakeup() -> None:
