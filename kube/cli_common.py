@@ -13,8 +13,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-EXIT_FAILURE = 1  # a failure at run time
-EXIT_USAGE = 2  # bad input: a flag, a configuration key, a file
+from runtimekit.cli_args import EXIT_FAILURE, EXIT_USAGE  # noqa: F401 - re-exported to the services' commands
 
 #: Where a node-level service finds its node's name without --node-name (a DaemonSet sets it from
 #: the downward API: ``valueFrom.fieldRef.fieldPath: spec.nodeName``); either one wins over the

@@ -1,8 +1,4 @@
-"""The ``runtimekit`` command line.
-
-Exit codes: 0 success, 1 a runtime failure (an agent unreachable, say), 2 bad usage or
-configuration (the message names the flag or key and the rule).
-"""
+"""The ``runtimekit`` command line. Exit codes: ``runtimekit.cli_args``."""
 
 from __future__ import annotations
 
@@ -19,12 +15,11 @@ from collections.abc import Callable, Sequence
 from runtimekit import __version__
 from runtimekit import config as config_module
 from runtimekit._compat import UnsupportedVersion, check_versions
+from runtimekit.cli_args import EXIT_OUTPUT_CLOSED, EXIT_USAGE
 from runtimekit.gc_tuning import tuned_for_serving
 from runtimekit.slicer.journal import Journal, JournalError
 from runtimekit.state.topology import Topology
 from runtimekit.state_dir import check_state_dir, lock_state_dir
-
-EXIT_USAGE = 2
 
 
 def _serve_parser(commands: argparse._SubParsersAction) -> None:
@@ -189,6 +184,10 @@ def _run_serve(args: argparse.Namespace) -> int:
 
             load_thresholds(config.health.thresholds)  # a bad thresholds file is a usage error too
         check_state_dir(config.state_dir)  # state that could never be persisted is refused, not lived with
+        if config.api.enabled:
+            from runtimekit.grpc_unix import check_server_socket
+
+            check_server_socket(config.api_socket, "api.socket")  # a path it could never serve at: refused now
         lock_state_dir(config.state_dir)  # held until the process ends: one agent per state directory
         if config.slicer.enabled:
             Journal.in_state_dir(config.state_dir).close()  # a corrupt or foreign journal: refused, by name
@@ -373,7 +372,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     # gRPC's C core logs connection chatter (GOAWAY on a kubelet restart) to stderr unless told not to.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        code: int = args.handler(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then one more case of the handler's
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_OUTPUT_CLOSED
+    return code
+
+
+def _discard_stdout() -> None:
+    """The reader of our output went away (``| head``): say nothing, as ``cat`` does, and point
+    stdout at /dev/null so that the interpreter's own flush at exit cannot fail again."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, descriptor)
+    os.close(null)
 
 
 if __name__ == "__main__":

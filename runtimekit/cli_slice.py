@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import socket
 import stat
 import sys
 from collections.abc import Callable, Sequence
@@ -27,9 +27,9 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from runtimekit import config as config_module
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, service_pb2_grpc, slice_pb2
+from runtimekit.cli_args import EXIT_FAILURE, EXIT_USAGE, seconds
+from runtimekit.grpc_unix import MAX_SOCKET_PATH
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 GiB = 1 << 30
 MiB = 1 << 20
 HEALTH_NAMES = {value: name.removeprefix("HEALTH_STATE_").lower() for name, value in node_pb2.HealthState.items()}
@@ -69,25 +69,22 @@ def _uint32(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    """A deadline: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
-    return value
+def _path(text: str) -> str:
+    """A file or socket path: not empty (an empty one would silently mean the default)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a path, got ''")
+    return text
+
 
 def client_options() -> argparse.ArgumentParser:
     """The options every client of the agent's API shares (socket, config, state dir, output, timeout)."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--socket", metavar="PATH", help="the agent's API socket (default: from --config/--state-dir, "
+    options.add_argument("--socket", type=_path, metavar="PATH", help="the agent's API socket (default: from --config/--state-dir, "
                          "else /var/lib/runtimekit/runtimekit.sock)")
-    options.add_argument("--config", metavar="FILE", help="the agent's configuration file (its api.socket, state_dir)")
-    options.add_argument("--state-dir", metavar="DIR", help="the agent's state directory (its socket is DIR/runtimekit.sock)")
+    options.add_argument("--config", type=_path, metavar="FILE", help="the agent's configuration file (its api.socket, state_dir)")
+    options.add_argument("--state-dir", type=_path, metavar="DIR", help="the agent's state directory (its socket is DIR/runtimekit.sock)")
     options.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format (default table)")
-    options.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+    options.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
                          help="give up after this long (default 30; making a MIG slice takes seconds)")
     return options
 
@@ -154,6 +151,19 @@ def _reachable(path: str) -> None:
         raise CliError(f"{where}: the path is not a socket")
     if not os.access(path, os.R_OK | os.W_OK):
         raise CliError(f"{where}: permission denied (the socket is mode 0600: run as the agent's user)")
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise CliError(f"{where}: the path is {size} bytes, a unix socket path at most {MAX_SOCKET_PATH} "
+                       "(name it by a shorter one, through a symbolic link to its directory)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        raise CliError(f"{where}: nothing listens on the socket (left by an agent that stopped?)") from None
+    except OSError:
+        pass  # anything else: gRPC's own connection says what it is
+    finally:
+        probe.close()
 
 
 def call(args: argparse.Namespace, method: str, request: Any) -> Any:

@@ -24,23 +24,22 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import math
 import os
 import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from runtimekit import config as config_module
+from runtimekit.cli_args import EXIT_FAILURE, EXIT_USAGE, count, seconds
 
 __all__ = ["add_status_parser", "fetch_node", "render"]
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 USERNAME_VARIABLE, PASSWORD_VARIABLE = "RUNTIMEKIT_USERNAME", "RUNTIMEKIT_PASSWORD"
 NODE_PATH = "/api/v1/node"
 GiB = 1 << 30
@@ -86,39 +85,42 @@ def _printable_document(value: Any) -> Any:
     return value
 
 
-def _positive_seconds(text: str) -> float:
+def agent_address(text: str) -> str:
+    """``--address``: ``http(s)://HOST[:PORT][/PATH]``, or ``HOST:PORT``; the rule it breaks otherwise
+    (never echoing credentials written into it)."""
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must not hold control characters, got '{printable(text)}'")
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+        parts = urllib.parse.urlsplit(text if "://" in text else f"http://{text}")
+        port = parts.port
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be an http(s) URL or HOST:PORT ({error}), got {text!r}") from None
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(f"must not hold credentials (set {USERNAME_VARIABLE} and {PASSWORD_VARIABLE})")
+    if parts.scheme not in ("http", "https"):
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {text!r}")
+    if not parts.hostname:
+        raise argparse.ArgumentTypeError(f"must name a host, got {text!r}")
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {text!r}")
+    if parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(f"must not hold a query or fragment, got {text!r}")
+    return text
 
 
 def add_status_parser(commands: argparse._SubParsersAction) -> None:
     """Register ``status`` on the root parser's subcommands."""
     status = commands.add_parser("status", help="one agent's node at a glance: GPUs, health, slices, top processes")
-    status.add_argument("--address", default=f"http://127.0.0.1:{config_module.DEFAULT_PORT}", metavar="URL",
+    status.add_argument("--address", type=agent_address, default=f"http://127.0.0.1:{config_module.DEFAULT_PORT}", metavar="URL",
                         help=f"the agent's HTTP address (default http://127.0.0.1:{config_module.DEFAULT_PORT}; "
                         "HOST:PORT is read as http://HOST:PORT)")
     status.add_argument("--watch", action="store_true", help="draw again every --interval seconds until Ctrl-C")
-    status.add_argument("--interval", type=_positive_seconds, default=2.0, metavar="SECONDS",
+    status.add_argument("--interval", type=seconds, default=2.0, metavar="SECONDS",
                         help="seconds between frames with --watch (default 2)")
-    status.add_argument("--iterations", type=_count, default=None, metavar="N",
+    status.add_argument("--iterations", type=count, default=None, metavar="N",
                         help="with --watch, stop after N frames (default: until Ctrl-C)")
-    status.add_argument("--top", type=_count, default=5, metavar="N", help="GPU processes to list (default 5)")
-    status.add_argument("--timeout", type=_positive_seconds, default=5.0, metavar="SECONDS",
+    status.add_argument("--top", type=count, default=5, metavar="N", help="GPU processes to list (default 5)")
+    status.add_argument("--timeout", type=seconds, default=5.0, metavar="SECONDS",
                         help="give up on one fetch after this long (default 5)")
     status.add_argument("-o", "--output", choices=("table", "json"), default="table",
                         help="output format (default table; json: the agent's /api/v1/node document)")
@@ -328,12 +330,13 @@ def _read(url: str, args: argparse.Namespace, colour: bool) -> str:
                           f"({type(error).__name__}: {error}; another version of runtimekit?)") from None
 
 
-def _frame(args: argparse.Namespace, url: str, out: TextIO, colour: bool) -> bool:
+def _frame(args: argparse.Namespace, url: str, out: TextIO, colour: bool, last: bool) -> bool:
     """Fetch and print one ``--watch`` frame; False (said on stderr) when the agent could not be read."""
     try:
         text = _read(url, args, colour)
     except StatusError as error:
-        print(f"runtimekit: error: {printable(str(error))}; trying again in {args.interval:g} s", file=sys.stderr)
+        retry = "" if last else f"; trying again in {args.interval:g} s"
+        print(f"runtimekit: error: {printable(str(error))}{retry}", file=sys.stderr)
         return False
     if args.output != "json":
         text = (CLEAR if out.isatty() else "") + f"every {args.interval:g} s, at {time.strftime('%H:%M:%S')} (Ctrl-C to stop)\n{text}\n"
@@ -347,6 +350,9 @@ def _run_status(args: argparse.Namespace) -> int:
         args.access = access_from(args, os.environ)
     except UsageError as error:
         print(f"runtimekit status: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.iterations is not None and not args.watch:
+        print("runtimekit status: error: --iterations: only with --watch", file=sys.stderr)
         return EXIT_USAGE
     url = node_url(args.address, "https" if args.access.ssl_context is not None else "http")
     out = sys.stdout
@@ -363,8 +369,8 @@ def _run_status(args: argparse.Namespace) -> int:
         while args.iterations is None or frames < args.iterations:
             if frames:
                 time.sleep(args.interval)
-            ok = _frame(args, url, out, colour)
             frames += 1
+            ok = _frame(args, url, out, colour, last=frames == args.iterations)
     except KeyboardInterrupt:
         pass
     return 0 if ok else EXIT_FAILURE

@@ -22,12 +22,12 @@ import json
 import sys
 from collections.abc import Callable
 
+from runtimekit.cli_args import EXIT_USAGE
 from runtimekit.cli_slice import table
 from runtimekit.state.topology import AllocationError, Allocator, Topology
 
 __all__ = ["ScenarioTopology", "add_allocate_parser", "parse_indices"]
 
-EXIT_USAGE = 2
 
 #: A scenario's topology by name (or YAML path); raises ValueError for an unknown or bad scenario.
 ScenarioTopology = Callable[[str], Topology]

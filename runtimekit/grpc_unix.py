@@ -40,11 +40,13 @@ import grpc
 import grpc.aio
 
 __all__ = [
+    "MAX_SOCKET_PATH",
     "UNAVAILABLE_CODES",
     "UnixGrpcServer",
     "UnixRpcClient",
     "UnixRpcError",
     "UnixRpcUnavailable",
+    "check_server_socket",
     "private_socket",
     "remove_stale_socket",
     "socket_path_of",
@@ -55,6 +57,12 @@ _T = TypeVar("_T")
 #: The stub type of a ``UnixRpcClient`` (generated gRPC stubs are untyped: subclasses name a
 #: Protocol of the calls they make).
 _S = TypeVar("_S")
+
+#: The longest path a unix socket can be bound or reached at, in bytes: sockaddr_un's sun_path
+#: holds 108 on Linux, the terminating NUL included (unix(7)).
+MAX_SOCKET_PATH = 107
+#: What ``private_socket`` adds to the folder of the final path: "/.sock-", mkdtemp's 8 characters, "/s".
+_PRIVATE_PATH_EXTRA = len("/.sock-12345678/s")
 
 #: Codes that mean "nobody answered", as opposed to "the peer answered with an error".
 UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
@@ -266,6 +274,19 @@ class UnixGrpcServer:
 
 
 SOCKET_MODE = 0o600
+
+
+def check_server_socket(path: str, key: str) -> None:
+    """Refuse, before anything starts, a socket path a server here could never serve at: one whose
+    folder leaves no room for the private path it is bound at first (``private_socket``), or where
+    something other than a socket already lies (never removed). ValueError naming ``key`` and the rule."""
+    room = MAX_SOCKET_PATH - _PRIVATE_PATH_EXTRA
+    folder = os.path.dirname(os.path.abspath(path))
+    if len(os.fsencode(folder)) > room:
+        raise ValueError(f"{key} {path}: its folder's path must be at most {room} bytes (a unix socket path holds "
+                         f"at most {MAX_SOCKET_PATH}, and the socket is bound in a private folder beside it first)")
+    if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise ValueError(f"{key} {path}: exists and is not a socket, and is never removed (move it away or name another path)")
 
 
 @contextmanager

@@ -95,16 +95,39 @@ async def test_a_socket_nobody_serves_is_one_line(short_dir: Path, capsys: pytes
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(path))  # bound, never listening: what a killed agent leaves
     stale.close()
-    code, out, err = await run(capsys, "node", "--socket", str(path), "--timeout", "0.5")
+    started = asyncio.get_running_loop().time()
+    code, out, err = await run(capsys, "node", "--socket", str(path))
     assert (code, out) == (1, "")
-    assert err == f"runtimekit: error: cannot reach the agent at unix:{path}: nothing answers on the socket\n"
+    assert err == f"runtimekit: error: cannot reach the agent at unix:{path}: nothing listens on the socket (left by an agent that stopped?)\n"
+    assert asyncio.get_running_loop().time() - started < 4.0  # said at once, not after the 5 s wait for a connection
+
+
+async def test_a_socket_path_too_long_to_reach_is_named(short_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = short_dir / ("d" * 100)
+    deep.mkdir()
+    link = short_dir / "l"
+    link.symlink_to(deep)
+    path = deep / "runtimekit.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(link / "runtimekit.sock"))  # bound through a short name: the long one names the same socket
+        listener.listen()
+        code, out, err = await run(capsys, "node", "--socket", str(path))
+    finally:
+        listener.close()
+    assert (code, out) == (1, "")
+    assert err == (f"runtimekit: error: cannot reach the agent at unix:{path}: the path is {len(str(path))} bytes, a unix "
+                   "socket path at most 107 (name it by a shorter one, through a symbolic link to its directory)\n")
 
 
 @pytest.mark.parametrize("flag,value,rule", [
     ("--compute", "99999999999", "must be an integer from -2147483648 to 2147483647"),
     ("--priority", "ten", "must be an integer"),
-    ("--timeout", "-1", "must be a finite number of seconds above 0"),
-    ("--timeout", "nan", "must be a finite number of seconds above 0"),
+    ("--timeout", "-1", "must be a number of seconds above 0 and at most 86400"),
+    ("--timeout", "nan", "must be a number of seconds above 0 and at most 86400"),
+    ("--timeout", "1e10", "must be a number of seconds above 0 and at most 86400"),
+    ("--socket", "", "must name a path"),
+    ("--state-dir", "", "must name a path"),
     ("--placement", "-1", "must be an integer from 0 to 4294967295"),
     ("--placement", "4294967296", "must be an integer from 0 to 4294967295"),
     ("--placement", "two", "must be an integer"),

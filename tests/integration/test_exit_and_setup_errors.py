@@ -77,3 +77,43 @@ def test_a_simulated_node_that_cannot_keep_its_state_is_a_clear_error(tmp_path: 
     assert done.returncode == 2, done.stderr
     assert "state_dir" in done.stderr and "must be a directory the agent can write" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _serve_with_api_socket(tmp_path: Path, socket_path: Path) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"api: {{socket: {socket_path}}}\n")
+    return subprocess.run(
+        [sys.executable, "-m", "runtimekit.cli", "serve", "--sim", "dgx-h100", "--listen", "127.0.0.1:0",
+         "--state-dir", str(tmp_path / "state"), "--config", str(config)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_an_api_socket_path_where_a_file_lies_is_refused_at_start(tmp_path: Path) -> None:
+    """Not a supervisor restarting the API every second with a traceback: the start fails, the file stays."""
+    occupied = tmp_path / "api.sock"
+    occupied.write_text("someone's file\n")
+    done = _serve_with_api_socket(tmp_path, occupied)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == f"runtimekit: error: api.socket {occupied}: exists and is not a socket, and is never removed " \
+                          "(move it away or name another path)\n"
+    assert occupied.read_text() == "someone's file\n"
+
+
+def test_an_api_socket_in_a_folder_too_deep_to_bind_in_is_refused_at_start(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * (110 - len(str(tmp_path)))) / "api.sock"
+    done = _serve_with_api_socket(tmp_path, deep)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith(f"runtimekit: error: api.socket {deep}: its folder's path must be at most 90 bytes")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
+    """``runtimekit sim scenarios | head -0``: the pipe is closed before anything is written."""
+    process = subprocess.Popen([sys.executable, "-m", "runtimekit.cli", "sim", "scenarios"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait(60) == 141, error  # 128 + SIGPIPE, as a shell reports for cat
+    assert error == ""

@@ -150,7 +150,9 @@ def test_an_unreachable_agent_is_one_line_and_exit_1(capsys):
     assert len(err.splitlines()) == 1
     assert main(["status", "--address", address, "--watch", "--interval", "0.1", "--iterations", "2"]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err.count("cannot reach the agent") == 2 and "trying again in 0.1 s" in err
+    assert out == "" and err.count("cannot reach the agent") == 2
+    first, last = err.splitlines()
+    assert first.endswith("; trying again in 0.1 s") and "trying again" not in last  # the last frame is the last
 
 
 def test_something_that_is_not_an_agent_is_named(agent, capsys):
@@ -185,11 +187,33 @@ def test_a_document_it_cannot_draw_is_one_line_not_a_traceback(capsys):
     assert "answered a document this command cannot draw (KeyError" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("flag, value, rule", [("--interval", "0", "above 0"), ("--iterations", "0", "1 or more"),
-                                               ("--top", "many", "whole number")])
+@pytest.mark.parametrize("flag, value, rule", [
+    ("--interval", "0", "above 0"), ("--iterations", "0", "1 or more"), ("--top", "many", "whole number"),
+    ("--timeout", "1e10", "at most 86400"), ("--interval", "1e300", "at most 86400"),
+    ("--address", "http://[::1", "must be an http(s) URL or HOST:PORT (Invalid IPv6 URL)"),
+    ("--address", "http://127.0.0.1:abc", "must be an http(s) URL or HOST:PORT"),
+    ("--address", "127.0.0.1:99999", "Port out of range"),
+    ("--address", "http://127.0.0.1:9445/\n", "must not hold control characters, got 'http://127.0.0.1:9445/\\x0a'"),
+    ("--address", "ftp://x", "must be an http:// or https:// URL"),
+    ("--address", "http://:9445", "must name a host"),
+    ("--address", "http://h:9445/?x=1", "must not hold a query or fragment"),
+])
 def test_bad_flags_exit_2_naming_the_flag(flag, value, rule, capsys):
     with pytest.raises(SystemExit) as exited:
         main(["status", flag, value])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}" in err and rule in err
+
+
+def test_credentials_in_the_address_are_refused_without_being_echoed(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["status", "--address", "http://admin:s3cret@127.0.0.1:9445"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "must not hold credentials (set RUNTIMEKIT_USERNAME and RUNTIMEKIT_PASSWORD)" in err
+    assert "s3cret" not in err
+
+
+def test_iterations_without_watch_is_refused(capsys):
+    assert main(["status", "--iterations", "3", "--address", f"127.0.0.1:{free_port()}"]) == 2
+    assert capsys.readouterr().err == "runtimekit status: error: --iterations: only with --watch\n"
