@@ -129,12 +129,12 @@ def read_cards(snapshot: NodeSnapshot | None, mig: MigControl, profiles: Profile
 
 
 def select_card(cards: Mapping[int, Card], selector: DeviceSelector) -> Card:
-    """The card a device selector names; SliceError (failed_precondition, ``device``) when the node
-    has none such."""
+    """The card a device selector names; SliceError (not_found, ``device``) when the node has no
+    usable one such (none, or one lost or unreadable)."""
     for card in cards.values():
         if card.index == selector.index or (selector.uuid is not None and card.gpu.uuid.lower() == selector.uuid.lower()):
             return card
-    raise SliceError("failed_precondition", "device", f"no usable GPU {selector} on this node "
+    raise SliceError("not_found", "device", f"no usable GPU {selector} on this node "
                      f"(GPUs: {', '.join(str(i) for i in sorted(cards)) or 'none'})")
 
 

@@ -29,16 +29,15 @@ itself is the isolation, so no limits are written.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from runtimekit.fileio import sync_dir, write_atomically
+from runtimekit.state.slices import SLICE_ID
 
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "slice"
 FILE_MODE = 0o644
-_ID = re.compile(r"s-[0-9a-f]{12}")
 
 
 def kind(vendor: str) -> str:
@@ -116,6 +115,6 @@ def slice_specs(cdi_dir: str | Path, vendor: str) -> dict[str, Path]:
         return found
     for entry in folder.iterdir():
         name = entry.name
-        if name.startswith(prefix) and name.endswith(".json") and _ID.fullmatch(name[len(prefix):-5]):
+        if name.startswith(prefix) and name.endswith(".json") and SLICE_ID.fullmatch(name[len(prefix):-5]):
             found[name[len(prefix):-5]] = entry
     return found

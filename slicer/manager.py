@@ -43,7 +43,7 @@ from .journal import Journal, Record
 from .mig_planner import plan_mig
 from .owners import Grace, OwnerWatch
 from .reconcile import WAITING_IN_USE, OrphanKey, Outcome, destroy_orphans, remove_stray_specs, settle
-from .spec import MAX_COMPUTE, check_fits_card, parse_device, parse_mode, parse_request
+from .spec import MAX_COMPUTE, check_fits_card, parse_card, parse_mode, parse_request
 from .steps import Books, GpuMissing, InUse, make, no_step, unmake
 from .tdm import choose_tdm_card
 
@@ -132,9 +132,7 @@ class Slicer:
         return self._table
 
     async def set_device_mode(self, device: str, mode: str) -> DeviceModeInfo:
-        selector = parse_device(device)
-        if selector.any:
-            raise SliceError("invalid_argument", "device", "a GPU index or UUID (a mode is set per card), got 'any'")
+        selector = parse_card(device)
         wanted = parse_mode(mode)
         async with self._lock:
             return await self._blocking(self._set_mode, selector, wanted)
@@ -243,7 +241,7 @@ class Slicer:
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
-                raise SliceError("failed_precondition", "mode", _no_card(spec.mode, cards))
+                raise SliceError("failed_precondition", "mode", _no_card(spec.mode, cards, books))
             check_fits_card(spec, max(c.memory_mib for c in candidates))
         else:
             card = select_card(cards, spec.device)
@@ -303,8 +301,9 @@ class Slicer:
         books = self._started()
         cards = self._read()
         card = select_card(cards, selector)
+        unchanged = card.mode == wanted and card.pending is None  # asking for what it is: allowed with slices
         slices = sorted(r.id for r in books.records.values() if r.gpu_uuid == card.gpu.uuid)
-        if slices:
+        if slices and not unchanged:
             raise SliceError("failed_precondition", "device", f"GPU {card.index} has {len(slices)} slice(s) "
                              f"({', '.join(slices)}); a card's mode changes only when it has none: delete them first")
         enabled = wanted == "mig"
@@ -378,11 +377,25 @@ def _check_mode(card: Card, spec: SliceSpec) -> None:
                          f"in MIG mode ({hint})")
 
 
-def _no_card(mode: str, cards: dict[int, Card]) -> str:
-    if mode == "tdm":
-        return "no card is in tdm mode (and without a pending mode change); runtimekit device mode INDEX tdm on a card with no slices"
-    capable = sorted(c.index for c in cards.values() if c.mig_capable)
-    if not capable:
+def _no_card(mode: str, cards: dict[int, Card], books: Books) -> str:
+    """Why no card takes a slice of ``mode``, and a way out that would be accepted: a card already
+    switching to it (a reset away), one in it with a change away pending (cancel it), a card
+    without slices to switch, else that slices hold every card that could be switched."""
+    switching = sorted(c.index for c in cards.values() if c.pending == mode)
+    if switching:
+        return (f"no card is in {mode} mode yet; GPU {', '.join(map(str, switching))} will be after a GPU reset "
+                "(its mode change is pending)")
+    leaving = sorted(c.index for c in cards.values() if c.mode == mode)  # none is free of a pending change here
+    if leaving:
+        return (f"every card in {mode} mode has a mode change pending; runtimekit device mode {leaving[0]} {mode} "
+                "cancels it")
+    able = sorted(c.index for c in cards.values() if mode == "tdm" or c.mig_capable)
+    if not able:
         return "no card of this node supports MIG"
-    return (f"no card is in MIG mode; enable it on a card with no slices: runtimekit device mode {capable[0]} mig "
+    used = {r.gpu_uuid for r in books.records.values()}
+    free = [index for index in able if cards[index].gpu.uuid not in used]
+    if not free:
+        return (f"no card is in {mode} mode, and every card that could be has slices (GPU "
+                f"{', '.join(map(str, able))}): a card's mode changes only when it has none")
+    return (f"no card is in {mode} mode; switch a card with no slices: runtimekit device mode {free[0]} {mode} "
             "(it takes effect after a GPU reset)")

@@ -133,6 +133,20 @@ def parse_device(text: str) -> DeviceSelector:
     raise _refuse("device", _DEVICE_RULE, text)
 
 
+_CARD_RULE = f"a GPU index 0-{MAX_DEVICE_INDEX} or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx): a mode is set per card"
+
+
+def parse_card(text: str) -> DeviceSelector:
+    """One card, as a mode change names it: an index or a UUID (never '' or 'any')."""
+    text = _text(text, "device", _CARD_RULE)
+    if text in ("", "any"):
+        raise _refuse("device", _CARD_RULE, text)
+    try:
+        return parse_device(text)
+    except SliceError:
+        raise _refuse("device", _CARD_RULE, text) from None
+
+
 def _owner(request: SliceRequest) -> Owner:
     pod_uid = _text(request.pod_uid, "pod_uid", "a Kubernetes UID")
     container = _text(request.container, "container", "a container name")

@@ -21,7 +21,7 @@ import grpc.aio
 from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api import convert, topology
 from runtimekit.state import HEALTH, SLICES, NodeState
-from runtimekit.state.slices import ErrorCode, SliceError, SliceService
+from runtimekit.state.slices import ErrorCode, SliceError, SliceService, check_slice_id
 from runtimekit.state.topology import Allocator
 
 log = logging.getLogger("runtimekit.api")
@@ -47,12 +47,6 @@ async def _abort(context: grpc.aio.ServicerContext, error: SliceError) -> NoRetu
     metadata = ((FIELD_METADATA_KEY, error.field),) if error.field else ()
     await context.abort(STATUS_CODES[error.code], str(error), trailing_metadata=metadata)
     raise AssertionError("context.abort returned")  # pragma: no cover - it raises
-
-
-def _required(value: str, field: str) -> str:
-    if not value:
-        raise SliceError("invalid_argument", field, "required, got an empty string")
-    return value
 
 
 class AgentServicer(service_pb2_grpc.AgentServiceServicer):
@@ -92,7 +86,7 @@ class AgentServicer(service_pb2_grpc.AgentServiceServicer):
     async def DeleteSlice(self, request: service_pb2.DeleteSliceRequest, context: Any) -> service_pb2.DeleteSliceResponse:
         async def delete() -> service_pb2.DeleteSliceResponse:
             slicer = self._slices()
-            gone = await slicer.delete(_required(request.slice_id, "slice_id"))
+            gone = await slicer.delete(check_slice_id(request.slice_id))
             return service_pb2.DeleteSliceResponse(slice=convert.slice_message(gone))
 
         return await self._answer(context, delete())
@@ -100,7 +94,7 @@ class AgentServicer(service_pb2_grpc.AgentServiceServicer):
     async def GetSlice(self, request: service_pb2.GetSliceRequest, context: Any) -> service_pb2.GetSliceResponse:
         async def get() -> service_pb2.GetSliceResponse:
             table = self._slices().table()
-            slice_id = _required(request.slice_id, "slice_id")
+            slice_id = check_slice_id(request.slice_id)
             found = table.slices.get(slice_id)
             if found is None:
                 raise SliceError("not_found", "slice_id", f"no slice {slice_id!r} on this node")

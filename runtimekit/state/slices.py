@@ -18,11 +18,13 @@ percent of one whole card, times in unix seconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from runtimekit.schema import shown
 from runtimekit.state.refs import GpuRef, MigRef
 
 if TYPE_CHECKING:  # annotations only: the base's state does not load NVML's bindings
@@ -50,6 +52,18 @@ class SliceError(Exception):
         self.code = code
         self.field = field
         self.message = message
+
+
+#: A slice's id: "s-" and 12 lower-case hex digits (the slicer makes it; its CDI device name carries it).
+SLICE_ID = re.compile(r"s-[0-9a-f]{12}")
+
+
+def check_slice_id(value: str) -> str:
+    """``value`` when it is a slice id; SliceError invalid_argument (field ``slice_id``) when it
+    cannot be one, so that a malformed id is told from a slice that does not exist (not_found)."""
+    if not SLICE_ID.fullmatch(value):
+        raise SliceError("invalid_argument", "slice_id", f"a slice id, s- and 12 hex digits (s-0123456789ab), got {shown(value)}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

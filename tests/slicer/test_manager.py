@@ -99,7 +99,7 @@ async def test_mig_on_a_tdm_card_and_mig_with_no_mig_card_are_refused(rig) -> No
         await slicer.set_device_mode(str(index), "tdm")
     with pytest.raises(SliceError) as none:
         await slicer.create(mig())
-    assert none.value.code == "failed_precondition" and "(it takes effect after a GPU reset)" in str(none.value)
+    assert none.value.code == "failed_precondition" and "runtimekit device mode 0 mig cancels it" in str(none.value)
 
 
 async def test_mode_change_with_slices_is_refused(rig) -> None:
@@ -279,3 +279,56 @@ async def test_device_any_checks_the_memory_of_the_largest_card_of_the_requested
         assert "40960 MiB" in str(refused.value)
     finally:
         await slicer.close()
+
+
+@pytest.mark.parametrize("device", ["8", "GPU-00000000-0000-0000-0000-000000000000"])
+async def test_a_device_the_node_does_not_have_is_not_found(rig, device: str) -> None:
+    slicer, _, _ = rig
+    for attempt in (slicer.create(tdm(10, "1GiB", device=device)), slicer.set_device_mode(device, "mig")):
+        with pytest.raises(SliceError) as refused:
+            await attempt
+        assert (refused.value.code, refused.value.field) == ("not_found", "device")
+        assert str(refused.value) == f"device: no usable GPU {device} on this node (GPUs: 0, 1, 2, 3, 4, 5, 6, 7)"
+
+
+@pytest.mark.parametrize("device", ["", "any", "-1", "abc", "1024"])
+async def test_a_mode_change_names_one_card_and_says_so(rig, device: str) -> None:
+    slicer, _, _ = rig
+    with pytest.raises(SliceError) as refused:
+        await slicer.set_device_mode(device, "mig")
+    assert (refused.value.code, refused.value.field) == ("invalid_argument", "device")
+    assert str(refused.value) == ("device: a GPU index 0-1023 or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx): "
+                                  f"a mode is set per card, got {device!r}")
+
+
+async def test_asking_a_card_with_slices_for_the_mode_it_has_changes_nothing_and_is_not_refused(rig) -> None:
+    slicer, _, node = rig
+    await slicer.create(mig(device="1"))
+    info = await slicer.set_device_mode("1", "mig")
+    assert (info.mode, info.pending) == ("mig", None) and node.mig_mode(1) == (True, True)
+
+
+async def test_no_mig_card_names_a_way_out_that_would_be_accepted(rig) -> None:
+    """The hint never names a card with slices: a change to cancel, a card to switch, a reset to wait for."""
+    slicer, _, node = rig
+
+    async def hint() -> str:
+        with pytest.raises(SliceError) as refused:
+            await slicer.create(mig())
+        assert (refused.value.code, refused.value.field) == ("failed_precondition", "mode")
+        return str(refused.value)
+
+    for index in (0, 1):
+        await slicer.set_device_mode(str(index), "tdm")  # the two MIG cards, leaving MIG at their next reset
+    assert await hint() == "mode: every card in mig mode has a mode change pending; runtimekit device mode 0 mig cancels it"
+    for index in (0, 1):
+        node.reset_gpu(index)
+    await slicer.reconcile()
+    made = [await slicer.create(tdm(10, "1GiB", device=str(index))) for index in range(8)]
+    assert await hint() == ("mode: no card is in mig mode, and every card that could be has slices (GPU 0, 1, 2, 3, 4, "
+                            "5, 6, 7): a card's mode changes only when it has none")
+    await slicer.delete(made[5].id)
+    assert await hint() == ("mode: no card is in mig mode; switch a card with no slices: runtimekit device mode 5 mig "
+                            "(it takes effect after a GPU reset)")
+    await slicer.set_device_mode("5", "mig")
+    assert await hint() == "mode: no card is in mig mode yet; GPU 5 will be after a GPU reset (its mode change is pending)"
