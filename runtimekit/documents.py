@@ -15,20 +15,35 @@ flag, a request body) and the rule broken:
   ``max_alias_nodes`` / ``max_depth``. A 700-byte "billion laughs" document expands to ~10^9 nodes
   and is refused at the first alias that passes the bound, in microseconds; a recursive alias
   (``&a [*a]``) is refused as infinite;
-- **syntax**: the parser's problem with its line and column (1-based).
+- **syntax**: the parser's problem with its line and column (1-based);
+- **scalars**: an integer of more digits than Python converts to text (``sys.get_int_max_str_digits``,
+  4300 by default; past it ``str``, ``repr`` and ``json.dumps`` raise, so no caller could even log
+  it), a string holding a lone surrogate (a valid ``\\ud800`` escape in JSON and YAML, not valid
+  Unicode: it cannot be encoded, logged or stored), or a scalar YAML cannot construct (a date that
+  does not exist). JSON names the value's path (``alerts[0].labels.node``), YAML its line;
+- **duplicate keys**: a mapping (JSON object) that gives one key twice. Parsers disagree on which
+  value wins (PyYAML and ``json`` take the last, others the first), so a duplicate silently hides
+  one of two values: ``dry_run: true`` ... ``dry_run: false`` in a configuration file, or a field
+  of an HTTP payload that a proxy checked in one copy while we act on the other. Alertmanager and
+  every writer of ours encode a mapping with unique keys, so a duplicate is refused everywhere,
+  configuration, state and payloads alike. YAML's merge key (``<<: *base``) is no duplicate: the
+  mapping's own keys override the merged ones, as YAML defines.
 
 Messages are short: they never echo the input beyond a few dozen characters (``MAX_MESSAGE``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 __all__ = [
     "DEFAULT_MAX_ALIAS_NODES",
@@ -112,14 +127,14 @@ def load_json(
     (an empty input is a syntax error, as in ``json.loads``)."""
     text = _text(text_or_bytes, what, max_bytes)
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int)
     except json.JSONDecodeError as error:
         raise DocumentError(what, f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
     except RecursionError:  # CPython's scanner: about 1000 levels
         raise DocumentError(what, f"nested deeper than {max_depth} levels") from None
-    depth = _json_depth(value, max_depth)
-    if depth > max_depth:
-        raise DocumentError(what, f"nested deeper than {max_depth} levels")
+    problem = _json_problem(value, max_depth)
+    if problem:
+        raise DocumentError(what, problem)
     return value
 
 
@@ -161,29 +176,122 @@ def _text(text_or_bytes: str | bytes, what: str, max_bytes: int) -> str:
         raise DocumentError(what, f"not UTF-8: invalid byte 0x{data[error.start]:02x} at offset {error.start}") from None
 
 
-def _json_depth(value: Any, limit: int) -> int:
-    """The nesting depth of parsed JSON (a scalar is 0), walked without recursion; the walk stops
-    as soon as it passes ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
+def _too_many_digits_rule() -> str:
+    return f"a number of more than {sys.get_int_max_str_digits()} digits"
+
+
+@functools.lru_cache(maxsize=4)
+def _power_of_ten(digits: int) -> int:
+    return 10**digits
+
+
+def _too_many_digits(value: int) -> bool:
+    """Has ``value`` more decimal digits than Python converts to text (``str`` would raise)?"""
+    limit = sys.get_int_max_str_digits()
+    return limit > 0 and abs(value) >= _power_of_ten(limit)
+
+
+def _unicode_problem(text: str) -> str | None:
+    """The rule a string breaks when it holds a lone surrogate (it cannot be encoded), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"not valid Unicode: a lone surrogate U+{ord(text[error.start]):04X}"
+    return None
+
+
+class _Malformed:
+    """Put by the JSON decoder's hooks where a value is refused, so the walk that follows names its
+    path (the hooks themselves do not know where they are)."""
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Malformed:
+    """A JSON object as a dict, or _Malformed when it gives a key twice (module docstring)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return _Malformed(f"duplicate key {repr(key)[:40]}")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _json_int(text: str) -> int | _Malformed:
+    """A JSON integer, or _Malformed past Python's int/str conversion limit."""
+    try:
+        return int(text)
+    except ValueError:  # the scanner's pattern only admits digits: the limit is the one cause
+        return _Malformed(_too_many_digits_rule())
+
+
+def _json_problem(value: Any, limit: int) -> str | None:
+    """The first rule parsed JSON breaks, as ``"<path>: <rule>"``: nested deeper than ``limit``,
+    a value refused by the hooks, a lone surrogate in a string or a key; None when there is none.
+    Walked without recursion; a path is spelled out only for the value that breaks a rule."""
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]  # (item, depth, path: (parent, step) or None)
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
+        item, depth, path = stack.pop()
+        if isinstance(item, str):
+            rule = _unicode_problem(item)
+        elif isinstance(item, _Malformed):
+            rule = item.rule
+        elif isinstance(item, dict | list):
+            if depth + 1 > limit:
+                return f"nested deeper than {limit} levels"
+            rule = _keys_problem(item) if isinstance(item, dict) else None
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend(reversed([(child, depth + 1, (path, step)) for step, child in pairs]))  # in document order
         else:
             continue
-        depth += 1
-        if depth > limit:
-            return depth
-        deepest = max(deepest, depth)
-        stack.extend((child, depth) for child in children)
-    return deepest
+        if rule:
+            return f"{_json_path(path)}: {rule}" if path else rule
+    return None
+
+
+def _keys_problem(item: dict[str, Any]) -> str | None:
+    for key in item:
+        rule = _unicode_problem(key)
+        if rule:
+            return f"{rule} (in a key)"
+    return None
+
+
+def _json_path(path: Any) -> str:
+    """``alerts[0].labels`` from the walk's linked (parent, step) pairs."""
+    steps: list[str | int] = []
+    while path is not None:
+        path, step = path
+        steps.append(step)
+    text = ""
+    for step in reversed(steps):
+        text += f"[{step}]" if isinstance(step, int) else f".{step[:40]}" if text else step[:40]
+    return text
 
 
 def _where(mark: Any) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+_INT_TAG, _MERGE_TAG, _VALUE_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
+
+
+def _base_60_too_long(text: Any) -> bool:
+    """Would YAML 1.1's base-60 integer ``text`` (``1:30:00``) pass the conversion limit? Each ``:``
+    multiplies it by 60, and PyYAML's loop doing so is quadratic: refused before it runs."""
+    limit = sys.get_int_max_str_digits()
+    return isinstance(text, str) and limit > 0 and text.count(":") * math.log10(60) >= limit
+
+
+def _unconstructed(node: Node, error: ValueError) -> str:
+    """The rule a scalar breaks when its constructor raised ValueError: a decimal integer past the
+    conversion limit, or a value of its type that does not exist."""
+    if node.tag == _INT_TAG and sum(char.isdigit() for char in str(node.value)) > sys.get_int_max_str_digits():
+        return _too_many_digits_rule()
+    return f"not a valid {node.tag.rsplit(':', 1)[-1]}: {str(error)[:60]}"
 
 
 class _Refused(Exception):
@@ -235,7 +343,44 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= nests
         if node is not None:  # (the stub's type; the composer always returns a node here)
             self._measured[id(node)] = self._measure(node)
+            if isinstance(node, MappingNode):
+                self._refuse_duplicate_keys(node)
         return node
+
+    def _refuse_duplicate_keys(self, node: MappingNode) -> None:
+        """_Refused at the second of two scalar keys with the same value (``1`` and ``0x1`` too), checked
+        on the mapping's own keys as composed, before merge keys (``<<``) add theirs."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag in (_MERGE_TAG, _VALUE_TAG):
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise _Refused(f"duplicate key {repr(key)[:40]}", key_node.start_mark)
+            seen.add(key)
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        """The value of ``node``, or _Refused with its line for a scalar that cannot be constructed (a
+        date that does not exist) or an integer past Python's int/str conversion limit."""
+        if node.tag == _INT_TAG and _base_60_too_long(node.value):
+            raise _Refused(_too_many_digits_rule(), node.start_mark)
+        try:
+            value = super().construct_object(node, deep)
+        except ValueError as error:
+            raise _Refused(_unconstructed(node, error), node.start_mark) from None
+        if isinstance(value, int) and _too_many_digits(value):
+            raise _Refused(_too_many_digits_rule(), node.start_mark)
+        return value
+
+    def construct_scalar(self, node: Any) -> Any:
+        """The text of a scalar (every safe tag's constructor reads it here); _Refused when an escape
+        made a lone surrogate (``"\\ud800"``: YAML, unlike JSON, never pairs two escapes into one
+        character, so write U+1F600 as ``"\\U0001F600"``)."""
+        text = super().construct_scalar(node)
+        rule = _unicode_problem(text) if isinstance(text, str) else None
+        if rule:
+            raise _Refused(rule, node.start_mark)
+        return text
 
     def _measure(self, node: Node) -> tuple[int, int]:
         if isinstance(node, SequenceNode):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -170,9 +172,9 @@ def flatten(data: Mapping[str, Any], schema: Mapping[str, Key], prefix: str = ""
     of ``schema`` (``exporter.collectors``) stays whole."""
     flat: dict[str, Any] = {}
     for name, value in data.items():
-        key = f"{prefix}{name}"
         if not isinstance(name, str):
-            raise ConfigError(f"{key!r}: keys must be strings")
+            raise ConfigError(f"{prefix}{shown(name)}: keys must be strings")
+        key = f"{prefix}{name}"
         if isinstance(value, dict) and key not in schema:
             flat.update(flatten(value, schema, f"{key}."))
         else:
@@ -184,9 +186,26 @@ def validate(schema: Mapping[str, Key], key: str, value: Any) -> Any:
     """``value`` for ``key`` if the schema allows it; else ConfigError naming the key and the rule."""
     spec = schema.get(key)
     if spec is None:
+        if any(name.startswith(f"{key}.") for name in schema):  # a section given as a list, a number, null
+            raise ConfigError(f"{key}: must be a mapping (a section of keys {key}.*), got {_got(value)}")
         raise ConfigError(f"{key}: unknown key; allowed keys are {', '.join(sorted(schema))}")
     check_value(key, value, spec)
     return value
+
+
+#: A number with an exponent as YAML 1.2 and JSON write it, which YAML 1.1 (PyYAML) reads as a
+#: string: without a dot (``1e300``) or without a sign in the exponent (``1.5e3``).
+_EXPONENT_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+def yaml_number(spec: Key | None, value: Any) -> Any:
+    """``value`` read from YAML, with a string YAML 1.1 left unread (``1e300``) made the float the
+    user meant when ``spec`` takes a number (float) and no string; any other value as it is. Only
+    for values a caller then keeps from ``validate`` (a JSON string stays a string)."""
+    if spec is None or not isinstance(value, str) or not _EXPONENT_NUMBER.fullmatch(value):
+        return value
+    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+    return float(value) if float in kinds and str not in kinds else value
 
 
 def check_value(where: str, value: Any, key: Key, error: type[ValueError] = ConfigError) -> None:
@@ -209,12 +228,32 @@ def check_type(where: str, value: Any, kinds: tuple[type, ...], error: type[Valu
     if isinstance(value, bool) and bool not in kinds:  # bool is an int in Python; not here
         raise error(f"{where}: must be {type_names(kinds)}, got a boolean")
     if not isinstance(value, kinds):
-        raise error(f"{where}: must be {type_names(kinds)}, got {type(value).__name__} {shown(value)}")
+        raise error(f"{where}: must be {type_names(kinds)}, got {_got(value)}")
+
+
+def _got(value: Any) -> str:
+    """What a wrong value is, for "must be X, got ...": ``list []``, ``null``, ``a boolean``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (error messages may go back to a client)."""
-    text = repr(value)
+    """``repr(value)``, cut to ``limit`` characters (error messages may go back to a client); never
+    raises. A long string is cut before ``repr`` copies it; an integer past Python's int/str
+    conversion limit, or a value whose ``repr`` fails (nested too deep, holding such an integer), is
+    described instead."""
+    if isinstance(value, str):
+        value = value[:limit]  # its repr is longer than limit when anything was cut: "..." follows
+    try:
+        text = repr(value)
+    except Exception:  # a message must never fail to be made
+        if isinstance(value, int):
+            text = f"an integer of more than {sys.get_int_max_str_digits()} digits"
+        else:
+            text = f"a {type(value).__name__} that cannot be shown"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -245,7 +284,7 @@ def resolve(
     values = {key: spec.default for key, spec in schema.items()}
     if path is not None:
         for key, value in flatten(read_mapping(path), schema).items():
-            values[key] = validate(schema, key, value)
+            values[key] = validate(schema, key, yaml_number(schema.get(key), value))
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = validate(schema, key, value)
@@ -278,7 +317,7 @@ def check_shape(value: Any, shape: Any, path: str = "", error: type[ValueError] 
         allowed = {k.rstrip("?"): k.endswith("?") for k in shape if k != OTHER_KEYS}
         for key in value:
             if not isinstance(key, str):
-                raise error(f"{path or 'document'}: keys must be strings, got {key!r}")
+                raise error(f"{path or 'document'}: keys must be strings, got {shown(key)}")
             if path == "" and key.startswith("x-") or key in allowed:
                 continue
             if others is _CLOSED:

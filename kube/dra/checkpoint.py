@@ -12,7 +12,9 @@
 Two phases, as NVIDIA's driver keeps its claims (kubernetes-sigs/dra-driver-nvidia-gpu
 ``checkpoint.go``, ``PrepareStarted`` / ``PrepareCompleted``): "started" is written before any side
 effect, "completed" with the devices' CDI ids once every one exists. A reader of another version
-refuses the file (``CheckpointError``) rather than guess. Optional fields (``share_id``,
+refuses the file (``CheckpointError``) rather than guess; so does a reader of a file whose fields are
+not what this version writes, naming the field and the rule (``claims.<uid>.devices[0].position:
+must be an integer, got str '0'``). Optional fields (``share_id``,
 ``slice_id``) are omitted when empty, so adding one never changes old entries.
 
 ``DirectoryLock`` holds ``<plugin dir>/driver.lock`` with flock(2) for the life of the process: a
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.fileio import write_atomically
+from runtimekit.schema import check_type
 
 __all__ = ["VERSION", "Checkpoint", "CheckpointError", "ClaimEntry", "DeviceEntry", "DirectoryLock", "DriverLocked"]
 
@@ -39,6 +42,29 @@ STARTED, COMPLETED = "started", "completed"
 
 class CheckpointError(Exception):
     """The checkpoint file cannot be read as this version writes it; the message says why."""
+
+
+class _Malformed(ValueError):
+    """A field of the file that is not what this version writes: ``"<field>: <rule>"``."""
+
+
+def _field(data: dict[str, Any], where: str, name: str, kind: type, default: Any = None) -> Any:
+    """``data[name]``, of type ``kind`` (a bool is no integer), or ``default`` when it is absent and
+    one is given; _Malformed naming ``where.name`` and the rule otherwise."""
+    if name not in data:
+        if default is None:
+            raise _Malformed(f"{where}.{name}: required key is missing")
+        return default
+    check_type(f"{where}.{name}", data[name], (kind,), _Malformed)
+    return data[name]
+
+
+def _items(data: dict[str, Any], where: str, name: str, kind: type) -> list[Any]:
+    """The list ``data[name]`` (empty when absent), each item of type ``kind``."""
+    items = _field(data, where, name, list, [])
+    for index, item in enumerate(items):
+        check_type(f"{where}.{name}[{index}]", item, (kind,), _Malformed)
+    return items
 
 
 class DriverLocked(Exception):
@@ -69,10 +95,14 @@ class DeviceEntry:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DeviceEntry:
-        return cls(request=data["request"], pool=data["pool"], device=data["device"], position=int(data["position"]),
-                   kind=data["kind"], share_id=data.get("share_id", ""), slice_id=data.get("slice_id", ""),
-                   cdi_ids=tuple(data.get("cdi_ids", ())))
+    def from_json(cls, data: dict[str, Any], where: str = "device") -> DeviceEntry:
+        """The entry ``data`` holds (``where``: its place in the file, for errors); ValueError naming
+        the field and the rule when a field is missing or of another type."""
+        check_type(where, data, (dict,), _Malformed)
+        texts = {name: _field(data, where, name, str) for name in ("request", "pool", "device", "kind")}
+        return cls(**texts, position=_field(data, where, "position", int),
+                   share_id=_field(data, where, "share_id", str, ""), slice_id=_field(data, where, "slice_id", str, ""),
+                   cdi_ids=tuple(_items(data, where, "cdi_ids", str)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +117,16 @@ class ClaimEntry:
                 "devices": [device.to_json() for device in self.devices]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClaimEntry:
-        state = data["state"]
+    def from_json(cls, data: dict[str, Any], where: str = "claim") -> ClaimEntry:
+        """The entry ``data`` holds (``where``: its place in the file, for errors); ValueError naming
+        the field and the rule when a field is missing, of another type or (state) another value."""
+        check_type(where, data, (dict,), _Malformed)
+        state = _field(data, where, "state", str)
         if state not in (STARTED, COMPLETED):
-            raise ValueError(f"state must be {STARTED} or {COMPLETED}, got {state!r}")
-        return cls(namespace=data["namespace"], name=data["name"], state=state,
-                   devices=tuple(DeviceEntry.from_json(device) for device in data.get("devices", ())))
+            raise _Malformed(f"{where}: state must be {STARTED} or {COMPLETED}, got {state!r}")
+        devices = _items(data, where, "devices", dict)
+        return cls(namespace=_field(data, where, "namespace", str), name=_field(data, where, "name", str), state=state,
+                   devices=tuple(DeviceEntry.from_json(device, f"{where}.devices[{i}]") for i, device in enumerate(devices)))
 
 
 @dataclass
@@ -119,9 +153,11 @@ class Checkpoint:
                 raise ValueError("not a JSON object")
             if data.get("version") != VERSION:
                 raise CheckpointError(f"{path}: version {data.get('version')!r}, this driver reads version {VERSION} only")
-            claims = {str(uid): ClaimEntry.from_json(entry) for uid, entry in data.get("claims", {}).items()}
+            claims = _claims(data.get("claims", {}))
         except CheckpointError:
             raise
+        except _Malformed as error:
+            raise CheckpointError(f"{path}: not a DRA driver checkpoint: {error}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CheckpointError(f"{path}: not a DRA driver checkpoint: {type(error).__name__}: {error}") from None
         return cls(path, claims)
@@ -163,6 +199,12 @@ class Checkpoint:
     def _write(self) -> None:
         document = {"version": VERSION, "claims": {uid: entry.to_json() for uid, entry in sorted(self.claims.items())}}
         write_atomically(self.path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(), mode=0o600)
+
+
+def _claims(data: Any) -> dict[str, ClaimEntry]:
+    """The ``claims`` mapping of the file: claim uid -> entry."""
+    check_type("claims", data, (dict,), _Malformed)
+    return {str(uid): ClaimEntry.from_json(entry, f"claims.{uid}") for uid, entry in data.items()}
 
 
 class DirectoryLock:

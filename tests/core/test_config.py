@@ -113,3 +113,45 @@ def test_a_backoff_cap_below_its_start_is_refused(tmp_path):
     path = write(tmp_path, "components:\n  initial_backoff_seconds: 5\n  max_backoff_seconds: 1\n")
     with pytest.raises(ConfigError, match="components.max_backoff_seconds: must be at least"):
         config.load(path)
+
+
+def test_shown_never_raises_and_stays_short():
+    from runtimekit.schema import Key, between, check_value, shown
+
+    huge = int("f" * 5000, 16)  # YAML's hex ints pass Python's int/str conversion limit
+    assert shown(huge) == shown(-huge) == "an integer of more than 4300 digits"
+    assert shown([1, huge]) == "a list that cannot be shown"
+    assert shown("x" * 10_000) == "'" + "x" * 76 + "..." and shown("abc") == "'abc'"
+    with pytest.raises(ConfigError, match="^max_body_bytes: must be between 1 and 2, got an integer of more than 4300 digits$"):
+        check_value("max_body_bytes", huge, Key(int, 1, "doc", between(1, 2)))
+    with pytest.raises(ConfigError, match="^x: must be an integer, got list a list that cannot be shown$"):
+        check_value("x", [huge], Key(int, 1, "doc"))
+
+
+@pytest.mark.parametrize("section", ["breaker", "kubernetes"])
+@pytest.mark.parametrize("value, got", [("[]", "list []"), ("5", "int 5"), ("", "null")])
+def test_a_section_that_is_not_a_mapping_says_so(tmp_path, section, value, got):
+    from runtimekit.kube.remediation import config as remediation
+
+    with pytest.raises(ConfigError) as error:
+        remediation.load(write(tmp_path, f"{section}: {value}\n"))
+    assert str(error.value) == f"{section}: must be a mapping (a section of keys {section}.*), got {got}"
+
+
+def test_an_agent_section_that_is_a_list_says_so(tmp_path):
+    with pytest.raises(ConfigError, match=r"^sampling: must be a mapping \(a section of keys sampling\.\*\), got list \[1\]$"):
+        config.load(write(tmp_path, "sampling: [1]\n"))
+
+
+def test_a_number_yaml_1_1_reads_as_a_string_is_the_number_for_a_number_key(tmp_path):
+    for written, meant in [("5e-1", 0.5), ("1e0", 1.0), ("2.5e0", 2.5), ("+.3E+1", 3.0)]:
+        cfg = config.load(write(tmp_path, f"sampling:\n  interval_seconds: {written}\n"))
+        assert cfg.sampling.interval_seconds == meant, written
+    with pytest.raises(ConfigError, match=r"^sampling.interval_seconds: must be between 0.1 and 60, got 1e\+300$"):
+        config.load(write(tmp_path, "sampling:\n  interval_seconds: 1e300\n"))
+    with pytest.raises(ConfigError, match="^log_level: must be one of debug, info, warning, error, got '1e3'$"):
+        config.load(write(tmp_path, "log_level: 1e3\n"))  # a string key keeps its string
+    with pytest.raises(ConfigError, match="sampling.interval_seconds: must be an integer or a number, got str '1e3x'"):
+        config.load(write(tmp_path, "sampling:\n  interval_seconds: 1e3x\n"))
+    with pytest.raises(ConfigError, match="got str '1e0'"):  # validate itself never converts: a JSON string stays one
+        config.validate(config.SCHEMA, "sampling.interval_seconds", "1e0")

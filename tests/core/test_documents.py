@@ -132,3 +132,95 @@ async def test_sim_control_answers_deeply_nested_json_with_400_naming_the_rule()
             assert r.status == 400
             assert (await r.json())["error"] == "body: nested deeper than 64 levels"
     assert node.active_faults() == []
+
+
+# -- hostile scalars: numbers past int/str conversion, lone surrogates, duplicate keys -------------
+
+MAX_DIGITS = sys.get_int_max_str_digits()
+
+
+def json_refused(text: str | bytes) -> str:
+    with pytest.raises(DocumentError) as caught:
+        load_json(text, what="body")
+    message = str(caught.value)
+    assert message.startswith("body: ") and len(message) <= MAX_MESSAGE
+    return message
+
+
+def test_a_number_past_the_int_conversion_limit_is_a_document_error_naming_where():
+    nines = "9" * (MAX_DIGITS + 700)
+    rule = f"a number of more than {MAX_DIGITS} digits"
+    assert json_refused('{"alerts": [{"x": ' + nines + "}]}") == f"body: alerts[0].x: {rule}"
+    assert json_refused("-" + nines) == f"body: {rule}"
+    assert refused(f"max_body_bytes: {nines}\n") == f"cfg.yaml: {rule} (line 1, column 17)"
+    assert refused(f"a:\n  - -{nines}\n") == f"cfg.yaml: {rule} (line 2, column 5)"
+    # hex, octal-free binary and sexagesimal ints pass Python's conversion: the same bound applies
+    assert refused(f"a: 0x{'f' * 5000}\n") == f"cfg.yaml: {rule} (line 1, column 4)"
+    assert refused(f"a: 0b{'1' * 20000}\n") == f"cfg.yaml: {rule} (line 1, column 4)"
+    assert refused("a: 1" + ":59" * 3000 + "\n") == f"cfg.yaml: {rule} (line 1, column 4)"
+    assert load_json("9" * MAX_DIGITS, what="body") == int("9" * MAX_DIGITS)  # the limit itself is fine
+    assert load_yaml(f"a: 0x{'f' * 100}\n", what="d") == {"a": 16 ** 100 - 1}
+
+
+def test_other_scalars_yaml_cannot_construct_are_document_errors():
+    assert refused("a: 2001-02-30\n") == "cfg.yaml: not a valid timestamp: day is out of range for month (line 1, column 4)"
+    assert "not a valid float" in refused("a: !!float fast\n")
+
+
+def test_a_lone_surrogate_is_not_valid_unicode():
+    rule = "not valid Unicode: a lone surrogate U+D800"
+    assert json_refused('{"alerts": [{"labels": {"node": "\\ud800"}}]}') == f"body: alerts[0].labels.node: {rule}"
+    assert json_refused('{"a\\udc00b": 1}') == "body: not valid Unicode: a lone surrogate U+DC00 (in a key)"
+    assert json_refused('[0, {"a": {"\\udc00": 1}}]') == "body: [1].a: not valid Unicode: a lone surrogate U+DC00 (in a key)"
+    assert refused('a: "x\\ud800"\n') == f"cfg.yaml: {rule} (line 1, column 4)"
+    assert load_json('["\\ud83d\\ude00"]', what="body") == ["\U0001f600"]  # a surrogate pair is one character
+
+
+def test_a_duplicate_key_is_refused_naming_it():
+    assert refused("dry_run: true\nlisten: x\ndry_run: false\n") == "cfg.yaml: duplicate key 'dry_run' (line 3, column 1)"
+    assert "duplicate key 'max_nodes' (line 3, column 3)" in refused("breaker:\n  max_nodes: 1\n  max_nodes: 2\n")
+    assert "duplicate key 1" in refused("{1: a, 0x1: b}\n")  # the same value written twice
+    assert json_refused('{"a": {"b": 1, "b": 2}}') == "body: a: duplicate key 'b'"
+    assert json_refused('{"a": 1, "a": 1}') == "body: duplicate key 'a'"
+    # YAML's merge keys are not duplicates: the mapping's own keys override the merged ones
+    assert load_yaml("a: &a {b: 1, c: 2}\nd: {<<: *a, b: 3}\n", what="d")["d"] == {"b": 3, "c": 2}
+    assert load_yaml("a: &a {b: 1}\ne: &e {b: 2}\nd: {<<: [*a, *e]}\n", what="d")["d"] == {"b": 1}
+
+
+def test_config_file_with_a_duplicate_or_a_huge_number_is_a_config_error(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("log_level: debug\nlog_level: info\n")
+    with pytest.raises(ConfigError, match=f"^--config: {path}: duplicate key 'log_level' \\(line 2, column 1\\)$"):
+        load_config(path)
+    path.write_text("listen_port: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"--config: {path}: a number of more than {MAX_DIGITS} digits"):
+        load_config(path)
+
+
+def test_remediation_cli_with_a_huge_number_in_its_config_exits_2_naming_the_rule(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("max_body_bytes: " + "9" * 5000 + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "runtimekit.cli", "remediate", "serve", "--config", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and f"a number of more than {MAX_DIGITS} digits (line 1, column 17)" in lines[0], done.stderr[-2000:]
+
+
+async def test_sim_control_answers_hostile_json_with_400_naming_the_rule():
+    node = SimulatedNode(load_scenario("dgx-h100"), seed=7)
+    app = web.Application()
+    add_control_routes(app, node)
+    cases = {
+        '{"fault": "' + "\\ud800" + '"}': "body: fault: not valid Unicode: a lone surrogate U+D800",
+        '{"gpu": ' + "9" * 5000 + "}": f"body: gpu: a number of more than {MAX_DIGITS} digits",
+        '{"gpu": 0, "gpu": 1}': "body: duplicate key 'gpu'",
+    }
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        for body, error in cases.items():
+            r = await client.post("/sim/v1/faults", data=body, headers={"Content-Type": "application/json"})
+            assert r.status == 400
+            assert (await r.json())["error"] == error
+    assert node.active_faults() == []

@@ -74,9 +74,9 @@ def test_a_device_is_updated_and_a_claim_dropped(tmp_path: Path) -> None:
     ("[]", "not a DRA driver checkpoint: ValueError: not a JSON object"),
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "halfway"}}}),
      "state must be started or completed, got 'halfway'"),
-    (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "state": "started"}}}), "KeyError: 'name'"),
+    (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "state": "started"}}}), f"claims.{UID_A}.name: required key is missing"),
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "started",
-                                                  "devices": [{"request": "r"}]}}}), "KeyError: 'pool'"),
+                                                  "devices": [{"request": "r"}]}}}), f"claims.{UID_A}.devices[0].pool: required key is missing"),
 ])
 def test_a_file_this_version_cannot_read_is_refused_not_guessed(tmp_path: Path, content: str, words: str) -> None:
     path = tmp_path / "checkpoint.json"
