@@ -28,7 +28,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 from runtimekit import config as config_module
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, service_pb2_grpc, slice_pb2
 from runtimekit.cli_args import EXIT_FAILURE, EXIT_USAGE, seconds
-from runtimekit.grpc_unix import MAX_SOCKET_PATH
+from runtimekit.grpc_unix import socket_path_problem
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -151,10 +151,9 @@ def _reachable(path: str) -> None:
         raise CliError(f"{where}: the path is not a socket")
     if not os.access(path, os.R_OK | os.W_OK):
         raise CliError(f"{where}: permission denied (the socket is mode 0600: run as the agent's user)")
-    size = len(os.fsencode(path))
-    if size > MAX_SOCKET_PATH:
-        raise CliError(f"{where}: the path is {size} bytes, a unix socket path at most {MAX_SOCKET_PATH} "
-                       "(name it by a shorter one, through a symbolic link to its directory)")
+    too_long = socket_path_problem(path)
+    if too_long is not None:
+        raise CliError(f"{where}: {too_long} (name it by a shorter one, through a symbolic link to its directory)")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)

@@ -49,7 +49,9 @@ __all__ = [
     "check_server_socket",
     "private_socket",
     "remove_stale_socket",
+    "server_socket_problem",
     "socket_path_of",
+    "socket_path_problem",
     "unix_channel",
 ]
 
@@ -276,15 +278,31 @@ class UnixGrpcServer:
 SOCKET_MODE = 0o600
 
 
-def check_server_socket(path: str, key: str) -> None:
-    """Refuse, before anything starts, a socket path a server here could never serve at: one whose
-    folder leaves no room for the private path it is bound at first (``private_socket``), or where
-    something other than a socket already lies (never removed). ValueError naming ``key`` and the rule."""
+def socket_path_problem(path: str) -> str | None:
+    """Why a client could never reach a unix socket at ``path`` (longer than sun_path holds), or None."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        return f"the path is {size} bytes, a unix socket path at most {MAX_SOCKET_PATH}"
+    return None
+
+
+def server_socket_problem(path: str) -> str | None:
+    """Why a server here could never serve at ``path``, or None: the path is too long to reach, or
+    its folder leaves no room for the private path it is bound at first (``private_socket``)."""
     room = MAX_SOCKET_PATH - _PRIVATE_PATH_EXTRA
-    folder = os.path.dirname(os.path.abspath(path))
-    if len(os.fsencode(folder)) > room:
-        raise ValueError(f"{key} {path}: its folder's path must be at most {room} bytes (a unix socket path holds "
-                         f"at most {MAX_SOCKET_PATH}, and the socket is bound in a private folder beside it first)")
+    if len(os.fsencode(os.path.dirname(os.path.abspath(path)))) > room:
+        return (f"its folder's path must be at most {room} bytes (a unix socket path holds at most {MAX_SOCKET_PATH}, "
+                "and the socket is bound in a private folder beside it first)")
+    return socket_path_problem(os.path.abspath(path))
+
+
+def check_server_socket(path: str, key: str) -> None:
+    """Refuse, before anything starts, a socket path a server here could never serve at
+    (``server_socket_problem``), or where something other than a socket already lies (never
+    removed). ValueError naming ``key`` and the rule."""
+    problem = server_socket_problem(path)
+    if problem is not None:
+        raise ValueError(f"{key} {path}: {problem}")
     if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
         raise ValueError(f"{key} {path}: exists and is not a socket, and is never removed (move it away or name another path)")
 

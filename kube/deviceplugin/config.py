@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
 
-from .names import mig_resource, node_name_problem, resource_name_problem
+from .names import endpoint_of, mig_resource, node_name_problem, resource_name_problem
 
 #: The kubelet's registration socket (k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket).
 KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
@@ -125,4 +126,13 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
         raise ConfigError("node_name: required with offer_annotation.enabled: pass --node-name, set NODE_NAME "
                           "(the pod's spec.nodeName) or the key")
     config: DevicePluginConfig = build(DevicePluginConfig, values)
+    for key, path in (("kubelet_socket", config.kubelet_socket), ("agent_socket", config.agent_socket),
+                      ("offer_annotation.pod_resources_socket", config.offer_annotation.pod_resources_socket)):
+        problem = socket_path_problem(path)
+        if problem is not None:
+            raise ConfigError(f"{key}: {problem}")
+    problem = server_socket_problem(os.path.join(config.socket_dir, endpoint_of(config.resource_name)))
+    if problem is not None:
+        raise ConfigError(f"{'plugin_dir' if config.plugin_dir else 'kubelet_socket'}: the plugin sockets' folder "
+                          f"{config.socket_dir}: {problem}")
     return config

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import REQUIRED, ConfigError, Key, between, build, resolve, schema_of, section, setting
 
@@ -28,8 +29,6 @@ AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
 REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 #: The kubelet's plugins directory; a driver's own directory is this joined with its name (KubeletPluginsDir).
 PLUGINS_DIR = "/var/lib/kubelet/plugins"
-#: The longest path a unix socket may have (sun_path is 108 bytes, the NUL included).
-MAX_SOCKET_PATH = 107
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _CDI_CLASS = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -128,7 +127,10 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
         raise ConfigError("node_name: required: pass --node-name, set NODE_NAME (the pod's spec.nodeName) or the key")
     config: DraConfig = build(DraConfig, values)
     for key, socket_path in (("registry_dir", config.registration_socket), ("plugin_dir", config.dra_socket)):
-        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
-            raise ConfigError(f"{key}: the socket {socket_path} is longer than a unix socket path may be "
-                              f"({MAX_SOCKET_PATH} bytes); choose a shorter directory")
+        problem = server_socket_problem(socket_path)
+        if problem is not None:
+            raise ConfigError(f"{key}: the socket {socket_path}: {problem}; choose a shorter directory")
+    problem = socket_path_problem(config.agent_socket)
+    if problem is not None:
+        raise ConfigError(f"agent_socket: {problem}")
     return config

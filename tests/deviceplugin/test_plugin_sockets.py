@@ -98,7 +98,9 @@ async def test_repeated_failure_ends_the_run(kubelet: FakeKubelet) -> None:
 
 
 def test_the_command_ends_in_one_line_on_repeated_failure(short_dir: Path) -> None:
-    directory = short_dir / ("d" * 110)  # a socket path over the 108 bytes of sun_path: gRPC cannot bind
+    directory = short_dir / "plugins"
+    directory.mkdir()
+    (directory / SOCKET).write_text("a file, not a socket: never removed, so the plugin cannot serve there\n")
     config = short_dir / "plugin.yaml"
     config.write_text(f"kubelet_socket: {directory}/kubelet.sock\nagent_socket: {short_dir}/agent.sock\n"
                       "kubelet_poll_seconds: 0.05\nlog_level: error\n")
@@ -108,3 +110,17 @@ def test_the_command_ends_in_one_line_on_repeated_failure(short_dir: Path) -> No
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1].startswith(f"runtimekit: cannot serve the device plugin in {directory}: "
                                                    f"{directory}/{SOCKET}: failed {START_ATTEMPTS} times in a row")
+
+
+@pytest.mark.parametrize("key", ["kubelet_socket", "plugin_dir"])
+def test_a_socket_path_too_long_for_a_unix_socket_is_refused_at_start(short_dir: Path, key: str) -> None:
+    """Not five gRPC bind errors and an exit 15 s later: the configuration is refused (exit 2)."""
+    directory = short_dir / ("d" * 110)
+    config = short_dir / "plugin.yaml"
+    paths = {"kubelet_socket": f"{directory}/kubelet.sock", "plugin_dir": str(directory)}
+    config.write_text(f"{key}: {paths[key]}\nagent_socket: {short_dir}/agent.sock\n")
+    done = subprocess.run([sys.executable, "-m", "runtimekit.kube.deviceplugin", "serve", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"runtimekit: error: {key}: ") and len(done.stderr.splitlines()) == 1
+    assert "unix socket path" in done.stderr and not directory.exists()
