@@ -69,11 +69,12 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
                 f"({_one_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
     else:
         if not Path(kubeconfig).is_file():
-            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}: no such file")
+            what = "a directory, not a file" if Path(kubeconfig).is_dir() else "no such file"
+            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}: {what}")
         try:
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
         except Exception as error:  # ConfigException, a YAML error, TypeError for a file that is no mapping
             where = f" (kubernetes.context {context!r})" if context else ""
-            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: "
-                                     f"{_one_line(error)}") from error
+            why = "it is no YAML mapping of clusters, users and contexts" if isinstance(error, TypeError) else _one_line(error)
+            raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: {why}") from error
     return client.ApiClient(configuration)

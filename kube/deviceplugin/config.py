@@ -34,7 +34,7 @@ def _absolute(value: str) -> str | None:
 def _mig_prefix(value: str) -> str | None:
     # Checked with a typical profile appended: the prefix plus a profile must be a resource name.
     problem = resource_name_problem(mig_resource(value, "1g.10gb"))
-    return None if problem is None else f"with a profile appended ({value}1g.10gb) the resource name {problem}"
+    return None if problem is None else f"with a profile appended, {value}1g.10gb is no resource name: {problem}"
 
 
 def _cdi_kind(value: str) -> str | None:

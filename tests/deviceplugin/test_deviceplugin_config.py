@@ -25,8 +25,10 @@ def test_defaults() -> None:
     ("resource_name: gpu\n", "resource_name: must be DOMAIN/NAME (nvidia.com/gpu), got 'gpu'"),
     ("resource_name: kubernetes.io/gpu\n", "resource_name: its domain must not be kubernetes.io"),
     ("mig_prefix: 'nvidia.com/mig_'\n", None),  # valid: "_" is allowed inside a name
-    ("mig_prefix: 'Nvidia/mig-'\n", "mig_prefix: with a profile appended (Nvidia/mig-1g.10gb) the resource name its "
+    ("mig_prefix: 'Nvidia/mig-'\n", "mig_prefix: with a profile appended, Nvidia/mig-1g.10gb is no resource name: its "
                                     "domain must be"),
+    ("mig_prefix: 'nvidia.com/MIG '\n", "mig_prefix: with a profile appended, nvidia.com/MIG 1g.10gb is no resource name: "
+                                        "its name must be 1-63 characters"),
     ("agent_socket: relative.sock\n", "agent_socket: must be an absolute path, got 'relative.sock'"),
     ("health_poll_seconds: 0\n", "health_poll_seconds: must be between 0.05 and 3600, got 0"),
     ("cdi: false\nvisible_devices_env: false\n", "cdi: set it or visible_devices_env"),

@@ -41,6 +41,8 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     ({"registry_dir": "/tmp/" + "r" * 100}, "runtimekit: error: registry_dir: the socket /tmp/rrr"),
     ({"kubernetes": {"kubeconfig": "/nonexistent/kubeconfig"}},
      "runtimekit: error: kubernetes.kubeconfig: /nonexistent/kubeconfig: no such file"),
+    ({"kubernetes": {"kubeconfig": "/"}}, "runtimekit: error: kubernetes.kubeconfig: /: a directory, not a file\n"),
+    ({"agent_socket": "/tmp/" + "a" * 110}, "runtimekit: error: agent_socket: the path is 115 bytes, a unix socket path at most 107\n"),
 ])
 def test_a_configuration_mistake_exits_2_with_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                       settings: dict[str, object], line: str) -> None:
@@ -92,3 +94,11 @@ def test_a_plugin_directory_that_cannot_be_made_exits_1(tmp_path: Path, capsys: 
     code, err = run(capsys, "--config", str(config))
     assert code == 1 and err.count("\n") == 1, err
     assert err.startswith(f"runtimekit: {tmp_path}/plugin") and "cannot lock the plugin directory" in err, err
+
+
+def test_a_kubeconfig_that_is_no_mapping_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "list-kubeconfig"
+    kubeconfig.write_text("- clusters\n- users\n")
+    code, err = run(capsys, "--config", str(write_config(tmp_path, kubernetes={"kubeconfig": str(kubeconfig)})))
+    assert (code, err) == (2, f"runtimekit: error: kubernetes.kubeconfig: {kubeconfig} is not a usable kubeconfig: "
+                              "it is no YAML mapping of clusters, users and contexts\n")
