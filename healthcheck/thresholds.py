@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import DocumentError, load_yaml_file
-from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate
+from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate, yaml_number
 
 DEFAULT_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -186,7 +186,8 @@ def _validate(data: Any, base: Mapping[str, Mapping[str, Any]] | None) -> dict[s
                 allowed = ", ".join(SCHEMA[section]) or "none"
                 raise ThresholdError(f"{section}.{key}: unknown key (keys of {section}: {allowed})")
             try:
-                values[key] = validate(FLAT_SCHEMA, f"{section}.{key}", value)
+                dotted = f"{section}.{key}"
+                values[key] = validate(FLAT_SCHEMA, dotted, yaml_number(FLAT_SCHEMA.get(dotted), value))
             except ConfigError as error:
                 raise ThresholdError(str(error)) from None
     for section, keys in SCHEMA.items():

@@ -142,3 +142,10 @@ def test_unreadable_and_invalid_files(tmp_path) -> None:
     wrong.write_text("pcie:\n  degraded_sample: 2\n")
     with pytest.raises(ThresholdError, match=r"wrong\.yaml: pcie\.degraded_sample: unknown key"):
         load_thresholds(wrong)
+
+
+def test_a_number_written_with_an_exponent_is_that_number(tmp_path) -> None:
+    """YAML 1.1 reads ``1e6`` (no dot) as a string; for a key that takes a number it is the number meant."""
+    path = tmp_path / "thresholds.yaml"
+    path.write_text("memory_leak:\n  leak_bytes_per_second: 2e6\n")
+    assert load_thresholds(path)["memory_leak"]["leak_bytes_per_second"] == 2_000_000.0
