@@ -31,12 +31,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runtimekit.documents import DocumentError, load_json
 from runtimekit.fileio import write_atomically
 from runtimekit.schema import check_type
 
 __all__ = ["VERSION", "Checkpoint", "CheckpointError", "ClaimEntry", "DeviceEntry", "DirectoryLock", "DriverLocked"]
 
 VERSION = 1
+#: The largest checkpoint read, in bytes: a claim takes ~300, so room for ~200,000 claims, far past
+#: what a node holds, while a file grown without bound is refused, not read into memory.
+MAX_CHECKPOINT_BYTES = 64 << 20
 STARTED, COMPLETED = "started", "completed"
 
 
@@ -148,7 +152,7 @@ class Checkpoint:
         except OSError as error:
             raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
         try:
-            data = json.loads(raw)
+            data = load_json(raw, what="checkpoint", max_bytes=MAX_CHECKPOINT_BYTES)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             if data.get("version") != VERSION:
@@ -158,6 +162,8 @@ class Checkpoint:
             raise
         except _Malformed as error:
             raise CheckpointError(f"{path}: not a DRA driver checkpoint: {error}") from None
+        except DocumentError as error:  # not JSON, too big or deep, a huge number, a duplicate key, ...
+            raise CheckpointError(f"{path}: not a DRA driver checkpoint: {error.rule}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CheckpointError(f"{path}: not a DRA driver checkpoint: {type(error).__name__}: {error}") from None
         return cls(path, claims)

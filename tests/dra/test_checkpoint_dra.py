@@ -70,7 +70,9 @@ def test_a_device_is_updated_and_a_claim_dropped(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("content", "words"), [
     (json.dumps({"version": 2, "claims": {}}), "version 2, this driver reads version 1 only"),
     (json.dumps({"claims": {}}), "version None, this driver reads version 1 only"),
-    ("{not json", "not a DRA driver checkpoint: JSONDecodeError"),
+    ("{not json", "not a DRA driver checkpoint: not valid JSON: Expecting property name"),
+    ('{"version": 1, "version": 1, "claims": {}}', "not a DRA driver checkpoint: duplicate key 'version'"),
+    ('{"version": 1, "claims": {"x": {"namespace": "\\ud800"}}}', "not a DRA driver checkpoint: claims.x.namespace: not valid Unicode"),
     ("[]", "not a DRA driver checkpoint: ValueError: not a JSON object"),
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "halfway"}}}),
      "state must be started or completed, got 'halfway'"),
