@@ -31,6 +31,7 @@ from runtimekit.cli_args import EXIT_FAILURE, EXIT_USAGE, seconds
 from runtimekit.grpc_unix import socket_path_problem
 
 GiB = 1 << 30
+CONNECT_SECONDS = 5.0  # the longest wait for the agent to accept the connection (--timeout, if shorter)
 MiB = 1 << 20
 HEALTH_NAMES = {value: name.removeprefix("HEALTH_STATE_").lower() for name, value in node_pb2.HealthState.items()}
 STATE_NAMES = {value: name.removeprefix("SLICE_STATE_").lower() for name, value in slice_pb2.SliceState.items()}
@@ -170,10 +171,12 @@ def call(args: argparse.Namespace, method: str, request: Any) -> Any:
     path = socket_path(args)
     _reachable(path)
     with grpc.insecure_channel(f"unix:{path}") as channel:
+        waited = min(args.timeout, CONNECT_SECONDS)
         try:
-            grpc.channel_ready_future(channel).result(timeout=min(args.timeout, 5.0))
+            grpc.channel_ready_future(channel).result(timeout=waited)
         except grpc.FutureTimeoutError:
-            raise CliError(f"cannot reach the agent at unix:{path}: nothing answers on the socket") from None
+            raise CliError(f"cannot reach the agent at unix:{path}: nothing answers on the socket "
+                           f"(waited {waited:g} s)") from None
         stub = service_pb2_grpc.AgentServiceStub(channel)
         try:
             return getattr(stub, method)(request, timeout=args.timeout)

@@ -102,6 +102,19 @@ async def test_a_socket_nobody_serves_is_one_line(short_dir: Path, capsys: pytes
     assert asyncio.get_running_loop().time() - started < 4.0  # said at once, not after the 5 s wait for a connection
 
 
+async def test_a_socket_that_never_speaks_grpc_is_said_with_the_wait(short_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = short_dir / "runtimekit.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(path))
+        listener.listen()  # connections wait in the backlog, never accepted: no gRPC answer
+        code, out, err = await run(capsys, "node", "--socket", str(path), "--timeout", "0.3")
+    finally:
+        listener.close()
+    assert (code, out) == (1, "")
+    assert err == f"runtimekit: error: cannot reach the agent at unix:{path}: nothing answers on the socket (waited 0.3 s)\n"
+
+
 async def test_a_socket_path_too_long_to_reach_is_named(short_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     deep = short_dir / ("d" * 100)
     deep.mkdir()
