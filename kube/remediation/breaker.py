@@ -43,10 +43,11 @@ def breaker_verdict(
     """May ``node`` be actioned now? ``actioned``: (node, time) of earlier disruptive actions.
 
     A node already actioned within the window continues its ladder (it adds no new node).
+    ``total_nodes`` 0: the cluster's size is not known, and the percentage rule is not applied.
     """
     if breaker_open:
         return Verdict(False, "circuit breaker is open (reset it with `runtimekit remediate reset-breaker`)")
-    recent = {name for name, at in actioned if now - at <= policy.window_seconds}
+    recent = _recent(policy, now, actioned)
     if node in recent:
         return Verdict(True, "")
     count = len(recent) + 1
@@ -57,6 +58,19 @@ def breaker_verdict(
         return Verdict(False, f"circuit breaker opened: {count} of {total_nodes} nodes within "
                               f"{policy.window_seconds:g}s exceeds max_percent {policy.max_percent:g}", True)
     return Verdict(True, "")
+
+
+def needs_cluster_size(policy: BreakerPolicy, node: str, now: float, actioned: Iterable[tuple[str, float]]) -> bool:
+    """Can the percentage rule decide about ``node`` now, so that the cluster's node count (a
+    Kubernetes call) is needed? Not for a node already actioned within the window, not below
+    ``min_nodes`` nodes, and not above ``max_nodes`` (that rule decides whatever the size)."""
+    recent = _recent(policy, now, actioned)
+    return node not in recent and policy.min_nodes <= len(recent) + 1 <= policy.max_nodes
+
+
+def _recent(policy: BreakerPolicy, now: float, actioned: Iterable[tuple[str, float]]) -> set[str]:
+    """The distinct nodes actioned within the window."""
+    return {name for name, at in actioned if now - at <= policy.window_seconds}
 
 
 def cooldown_verdict(last_other_alert_at: float | None, now: float, cooldown_seconds: float) -> Verdict:

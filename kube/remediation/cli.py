@@ -3,7 +3,8 @@
 Exit codes, as for ``runtimekit``: 0 success; 2 a usage or configuration mistake (a bad key, a
 missing journal folder, no kubeconfig outside a cluster, a --db that is not a journal), reported
 as one line on stderr naming the key or flag and the rule; 1 a failure at run time (the port is
-taken, the journal is locked by another process: found within journal.BUSY_SECONDS, at start).
+taken, another service holds the journal, the journal is locked by another process: found within
+journal_file.BUSY_SECONDS, at start; reset-breaker on a journal this user cannot write).
 Never a traceback for any of these.
 
 This module imports only the standard library at import time: ``runtimekit.cli`` builds its
@@ -13,11 +14,10 @@ parser from here, and the node agent must load neither aiohttp's server nor ``ku
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
-from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, fail
+from runtimekit.kube.cli_common import EXIT_FAILURE, EXIT_USAGE, configure_logging, fail
 
 
 def add_remediate_parser(commands: argparse._SubParsersAction) -> None:
@@ -35,24 +35,27 @@ def add_remediate_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     import asyncio
+    import os
     import sqlite3
 
     from runtimekit.listener import serve_app
     from runtimekit.schema import ConfigError, parse_listen
 
     from .config import load
-    from .journal import JournalError, JournalLocked
+    from .journal_file import JournalError, JournalLocked, hold_journal
     from .server import make_app
 
     try:
         config = load(args.config)
         app = make_app(config)
+        held = hold_journal(config.db_path)  # for the life of the process: one service per journal
     except ConfigError as error:
         return fail(EXIT_USAGE, str(error))
-    except JournalLocked as error:
+    except JournalLocked as error:  # another service holds it (JournalInUse), or its write lock
         return fail(EXIT_FAILURE, f"db_path: {error}")
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    except JournalError as error:  # the lock file cannot be made beside it
+        return fail(EXIT_USAGE, f"db_path: {error}")
+    configure_logging(config.log_level)
     host, port = parse_listen(config.listen)
     try:
         asyncio.run(serve_app(app, host, port, config.listener))
@@ -62,17 +65,20 @@ def run_serve(args: argparse.Namespace) -> int:
         return fail(EXIT_FAILURE, f"db_path: {error}")
     except (JournalError, sqlite3.Error) as error:  # opened at start-up: replaced or broken since checked
         return fail(EXIT_FAILURE, f"db_path: cannot use the journal {config.db_path}: {error}")
+    finally:
+        os.close(held)
     return 0
 
 
 def run_reset_breaker(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from .journal import JournalError, JournalLocked, reset_breaker
+    from .journal import reset_breaker
+    from .journal_file import JournalError, JournalLocked, JournalUnwritable
 
     try:
         was_open = reset_breaker(args.db, time.time())
-    except JournalLocked as error:
+    except (JournalLocked, JournalUnwritable) as error:  # a journal, that this process cannot write now
         return fail(EXIT_FAILURE, f"cannot reset the breaker: {error}")
     except JournalError as error:
         return fail(EXIT_USAGE, f"--db: {error}")

@@ -2,21 +2,26 @@
 
 Same rules (``runtimekit.schema``) as the agent's configuration: an unknown key, a wrong type or a
 value out of range raises ``ConfigError`` naming the key and the rule. Secrets are read from files named here, never from
-the environment.
+the environment. What a step would only find out after the node was cordoned is checked here, at
+start: ``replacement.url`` (a host, a valid port), ``taint_key`` (a Kubernetes qualified name) and
+the label keys (not empty).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from runtimekit.config import ListenerConfig, check_web_config_file
 from runtimekit.kube.kubeclient import KubernetesConfig
-from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
+from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting, shown
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
+from .names import qualified_name_problem
 from .template import FIELDS, template_problem
 
 DEFAULT_TEMPLATE = {
@@ -28,8 +33,28 @@ DEFAULT_TEMPLATE = {
 }
 
 
+# The alert labels the service reads: an empty name would make every alert ask for nothing.
+LABEL_KEYS = ("node_label", "action_label", "gpu_uuid_label", "gpu_index_label", "fault_label")
+
+
 def _url(value: str) -> str | None:
-    return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
+    """Why ``value`` cannot be the spare-node webhook, or None: an http:// or https:// URL with a
+    host, a port 1-65535 if it names one, no white space or control character."""
+    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in value):
+        return "must not contain spaces or control characters"
+    try:
+        parts = urlsplit(value)
+    except ValueError as error:  # an unclosed [IPv6 address, say
+        return f"not a URL ({error})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "must name a host (http://HOST[:PORT]/PATH)"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or over 65535
+        port = 0
+    return "the port must be 1-65535" if port == 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +183,21 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
     if values["breaker.min_nodes"] > values["breaker.max_nodes"]:
         raise ConfigError(f"breaker.min_nodes: must be at most breaker.max_nodes ({values['breaker.max_nodes']}), "
                           f"got {values['breaker.min_nodes']}")
+    _check_names(values)
     values["ladders"] = merged(values["ladders"])
     config: RemediationConfig = build(RemediationConfig, values)
     return config
+
+
+def _check_names(values: Mapping[str, Any]) -> None:
+    """ConfigError naming the key unless the label keys name a label and ``taint_key`` is a key the
+    API server accepts, found at start instead of when an alert arrives or a node is tainted."""
+    for key in LABEL_KEYS:
+        if not values[key].strip():
+            raise ConfigError(f"{key}: must name an alert label, got {shown(values[key])}")
+    problem = qualified_name_problem(values["taint_key"])
+    if problem:
+        raise ConfigError(f"taint_key: {problem} (a Kubernetes qualified name), got {shown(values['taint_key'])}")
 
 
 def _web_config_authenticates(path: str | None) -> bool:

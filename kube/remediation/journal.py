@@ -5,13 +5,14 @@ seen again with the same (fingerprint, startsAt, status) changes nothing. Pendin
 found again after a restart. Each action's outcome is written in the same transaction that marks
 it done, failed or skipped. Methods are blocking: call them from an executor thread.
 
-``Journal(path)`` creates the file (not its folder); ``check_path`` and ``reset_breaker(path)``
-only open an existing journal, and ``reset_breaker`` changes nothing but the breaker. Both raise ``JournalError`` naming the path and the
-rule instead of sqlite3's bare "unable to open database file".
+``Journal(path)`` creates the file (not its folder); ``reset_breaker(path)`` only opens an existing
+journal (journal_file.py: what can be opened, and the errors that say why not) and changes nothing
+but the breaker: ``JournalUnwritable`` when this process may not write it.
 
 Locks: every connection waits at most ``BUSY_SECONDS`` for another writer (sqlite's busy
 timeout), so a journal another process holds is reported within seconds — ``JournalLocked`` at
-start (``check_path`` and ``Journal`` try a write transaction and roll it back), sqlite3's
+start (``journal_file.check_path`` and ``Journal`` take the write lock, write the same user_version
+and roll back, so a file this process may only read is found too: ``JournalUnwritable``), sqlite3's
 OperationalError while running — never after a minute. ``Journal.unwritable`` is the readiness
 probe: a separate connection that waits at most ``PROBE_SECONDS``.
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .journal_file import BUSY_SECONDS, JournalError, cannot_write, check_writable, connect_existing, unwritable_error, write_lock_refused
 from .payload import Alert
 
 STATES = ("pending", "done", "failed", "skipped")
-TABLES = ("alerts", "actions", "breaker")
 DISRUPTIVE = ("cordon", "taint", "drain", "replace")
 UNDO = {"cordon": "uncordon", "taint": "untaint"}
 UNDOES = {undo: step for step, undo in UNDO.items()}
-BUSY_SECONDS = 2.0  # the longest a statement waits for another writer's lock (sqlite busy timeout)
 PROBE_SECONDS = 0.5  # the readiness probe's wait: below a Kubernetes probe's default 1 s timeout
 
 _SCHEMA = """
@@ -109,42 +108,6 @@ def idempotency_key(fingerprint: str, starts_at: str, node: str, kind: str) -> s
     return f"rk-{digest[:32]}"
 
 
-class JournalError(Exception):
-    """The journal cannot be opened or is not a journal; the message names the path and the rule."""
-
-
-class JournalLocked(JournalError):
-    """Another process holds the journal's write lock longer than BUSY_SECONDS (a run-time
-    failure, not a configuration mistake: ``runtimekit remediate`` exits 1)."""
-
-
-def is_locked(error: sqlite3.Error) -> bool:
-    """Is this sqlite3 error another connection's lock (SQLITE_BUSY / SQLITE_LOCKED)?"""
-    return getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _write_lock_refused(conn: sqlite3.Connection) -> sqlite3.Error | None:
-    """Take the write lock and give it back (changes nothing): the error when it cannot be taken."""
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-    except sqlite3.Error as error:
-        return error
-    return None
-
-
-def _check_writable(conn: sqlite3.Connection, path: str | Path) -> None:
-    """The write lock can be taken: JournalLocked if another process holds it, JournalError if the
-    journal cannot be written otherwise."""
-    error = _write_lock_refused(conn)
-    if error is not None:
-        conn.close()
-        if is_locked(error):
-            raise JournalLocked(f"the journal {path} is locked by another process ({error}, waited {BUSY_SECONDS:g} s);"
-                                " is another remediation service or a sqlite3 shell using it?") from error
-        raise JournalError(f"{path}: cannot write: {error}") from error
-
-
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open (creating if needed) the journal at ``path``; its folder must exist."""
     folder = Path(path).parent
@@ -156,7 +119,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_SECONDS)
     except sqlite3.Error as error:
         raise JournalError(f"{path}: cannot open: {error}") from error
-    _check_writable(conn, path)
+    check_writable(conn, path)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -167,51 +130,10 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-def check_path(path: str | Path) -> None:
-    """Raise JournalError unless a journal can be kept at ``path``; creates and changes nothing.
-
-    Its folder must exist and be writable; a file already there must be a journal (a service
-    pointed at another database must not add its tables to it).
-    """
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise JournalError(f"{path}: the folder {folder} does not exist (create it, or mount the volume)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise JournalError(f"{path}: the folder {folder} is not writable by this user")
-    if Path(path).exists():
-        conn = connect_existing(path)
-        _check_writable(conn, path)
-        conn.close()
-
-
-def connect_existing(path: str | Path) -> sqlite3.Connection:
-    """Open the journal at ``path`` read-write without creating anything: the file must exist
-    and hold the journal's tables (an operator's command must not start an empty journal)."""
-    target = Path(path)
-    if not target.is_file():
-        raise JournalError(f"{path}: no such journal file (nothing was created or changed)")
-    try:
-        conn = sqlite3.connect(f"{target.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None,
-                               timeout=BUSY_SECONDS)
-    except sqlite3.Error as error:
-        raise JournalError(f"{path}: cannot open: {error}") from error
-    try:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as error:
-        conn.close()
-        if is_locked(error):
-            raise JournalLocked(f"the journal {path} is locked by another process ({error})") from error
-        raise JournalError(f"{path}: not a SQLite database ({error}); nothing was changed") from error
-    if not set(TABLES) <= tables:
-        conn.close()
-        raise JournalError(f"{path}: not a remediation journal (it lacks the tables {', '.join(TABLES)}); "
-                           "nothing was changed")
-    return conn
-
-
 def reset_breaker(path: str | Path, now: float, who: str = "operator") -> bool:
     """Close the circuit breaker (a person's decision) of an existing journal. Returns whether it
-    was open; raises JournalError (changing nothing) when ``path`` is not a journal."""
+    was open; raises JournalError (changing nothing) when ``path`` is not a journal, and
+    JournalUnwritable or JournalLocked when it is one this process cannot write now."""
     conn = connect_existing(path)
     try:
         with _tx(conn):
@@ -219,6 +141,10 @@ def reset_breaker(path: str | Path, now: float, who: str = "operator") -> bool:
             conn.execute("INSERT OR REPLACE INTO breaker (id, open, reason, changed_at) VALUES (1, 0, ?, ?)",
                          (f"reset by {who}", now))
         return bool(row and row[0])
+    except sqlite3.Error as error:
+        if cannot_write(error):
+            raise unwritable_error(path, error) from error
+        raise
     finally:
         conn.close()
 
@@ -262,7 +188,7 @@ class Journal:
         """Why the journal cannot take a write now (another process holds its lock longer than
         PROBE_SECONDS, the disk refuses), or None. Takes the write lock and gives it back."""
         with self._probe_lock:
-            error = _write_lock_refused(self._probe)
+            error = write_lock_refused(self._probe)
         return None if error is None else f"the journal {self.path} cannot be written: {error}"
 
     def receive(self, alerts: Iterable[Alert], plan: Planner, now: float) -> Received:
@@ -375,9 +301,15 @@ class Journal:
                          (reason, now))
 
     def actions(self, limit: int = 1000) -> list[Action]:
+        """The newest ``limit`` actions, newest first."""
+        return self.newest(limit)[0]
+
+    def newest(self, limit: int) -> tuple[list[Action], int]:
+        """The newest ``limit`` actions, newest first, and how many the journal holds in all."""
         with self._lock:
             rows = self._conn.execute(f"SELECT {_COLUMNS} FROM actions ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [_action(r) for r in rows]
+            total = self._conn.execute("SELECT COUNT(*) FROM actions").fetchone()[0]
+        return [_action(r) for r in rows], total
 
     def counts(self) -> dict[tuple[str, str], int]:
         with self._lock:

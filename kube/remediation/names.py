@@ -1,4 +1,5 @@
-"""Kubernetes object names: the one rule every node (and pod) name must pass before it reaches a path.
+"""Kubernetes object names: the one rule every node (and pod) name must pass before it reaches a path,
+and the rule of a taint key (``qualified_name_problem``), checked when the configuration is loaded.
 
 Node names are DNS-1123 subdomains (k8s.io/apimachinery ``validation.IsDNS1123Subdomain``, used by
 ``ValidateNodeName``): at most 253 characters, lowercase ASCII letters, digits, ``-`` and ``.``,
@@ -15,6 +16,10 @@ import re
 MAX_NAME = 253  # characters of a DNS-1123 subdomain
 MAX_LABEL = 63  # characters of each of its labels
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+_QUALIFIED = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # IsDNS1123Subdomain
 
 
 class InvalidName(ValueError):
@@ -42,3 +47,21 @@ def checked(value: str, what: str = "node name") -> str:
     if problem:
         raise InvalidName(f"{what} {value[:80]!r}: {problem}")
     return value
+
+
+def qualified_name_problem(value: str) -> str | None:
+    """Why ``value`` is not a Kubernetes qualified name (a taint or label key: apimachinery
+    ``IsQualifiedName``), or None: an optional DNS-1123 subdomain prefix and ``/``, then a name of
+    1-63 characters, letters, digits, ``-``, ``_`` and ``.``, starting and ending with a letter or digit."""
+    if not value:
+        return "must not be empty"
+    prefix, slash, name = value.rpartition("/")
+    if "/" in prefix:
+        return "must have at most one '/' (PREFIX/NAME)"
+    if slash and (len(prefix) > MAX_NAME or not _SUBDOMAIN.fullmatch(prefix)):
+        return (f"the prefix before '/' must be a DNS subdomain of at most {MAX_NAME} characters "
+                "(lowercase letters, digits, '-', '.')")
+    if len(name) > MAX_LABEL or not _QUALIFIED.fullmatch(name):
+        return (f"the name part must be 1-{MAX_LABEL} characters: letters, digits, '-', '_' and '.', "
+                "starting and ending with a letter or digit")
+    return None

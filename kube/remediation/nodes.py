@@ -16,7 +16,9 @@ it; pods are never deleted directly.
 Every call carries a deadline (``kubeclient.REQUEST_TIMEOUT_SECONDS``: connect, then read): an API server that
 accepted the connection and never answers (a half-open connection, an overloaded apiserver) fails
 the step with a timeout, journaled as failed, instead of holding the worker, and the service's
-shutdown, for good.
+shutdown, for good. A call that fails — refused by the API server (its HTTP status), or the
+server not reached (connection refused, a timeout) — raises ``ApiError`` with a one-line message
+naming the call, so the worker journals and logs it as one line, never a traceback.
 
 The ``kubernetes`` package (the ``kube`` extra) is imported only when KubernetesNodeApi is built,
 so importing this module, the service or the command line never loads it. Building it reads the
@@ -27,6 +29,7 @@ set-up mistake is found before the service starts and is reported as ClusterAcce
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -34,10 +37,11 @@ from typing import Any, Literal, NamedTuple, Protocol
 from ..kubeclient import REQUEST_TIMEOUT_SECONDS, ClusterAccessError, api_client
 from .names import checked
 
-__all__ = ["ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
+__all__ = ["ApiError", "ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
+MESSAGE_CHARS = 500  # the most of the client's own error text an ApiError message keeps
 
 
 class PodRef(NamedTuple):
@@ -65,6 +69,31 @@ class NodeView:
 
 class NodeChanged(Exception):
     """The Node changed since it was read (409 Conflict on a PATCH): read it again and recompute."""
+
+
+class ApiError(Exception):
+    """A Kubernetes call that failed, in one line: ``status`` is the API server's HTTP status, or
+    None when the server was not reached (connection refused, no answer within the deadline)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _one_line(text: object) -> str:
+    """``text`` on one line, at most MESSAGE_CHARS characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= MESSAGE_CHARS else flat[:MESSAGE_CHARS - 3] + "..."
+
+
+def _refusal(body: object) -> str:
+    """The ``message`` of the Status an API server answers with, or the body itself ("" for none)."""
+    if not isinstance(body, (str, bytes)):
+        return ""
+    try:
+        return str(json.loads(body)["message"])
+    except (ValueError, KeyError, TypeError):  # not JSON, or not a Status object
+        return body.decode(errors="replace") if isinstance(body, bytes) else body
 
 
 class NodeApi(Protocol):
@@ -99,8 +128,19 @@ class KubernetesNodeApi:
         self._timeout = request_timeout
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A ``CoreV1Api`` method in an executor thread, with the deadline."""
-        return await asyncio.to_thread(method, *args, _request_timeout=self._timeout, **kwargs)
+        """A ``CoreV1Api`` method in an executor thread, with the deadline; ApiError when it fails."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        name = getattr(method, "__name__", "call")
+        try:
+            return await asyncio.to_thread(method, *args, _request_timeout=self._timeout, **kwargs)
+        except ApiException as error:
+            raise ApiError(_one_line(f"Kubernetes API {name}: the API server answered {error.status} {error.reason}: "
+                                     f"{_refusal(error.body)}"), error.status) from error
+        except (HTTPError, OSError) as error:  # urllib3: refused, reset, timed out (after its own retries)
+            cause = getattr(error, "reason", None) or error  # MaxRetryError: the last try's error
+            raise ApiError(_one_line(f"Kubernetes API {name}: the API server was not reached: {cause}")) from error
 
     async def get_node(self, name: str) -> NodeView:
         node = await self._call(self._api.read_node, checked(name))
@@ -111,14 +151,12 @@ class KubernetesNodeApi:
 
     async def patch_node(self, name: str, resource_version: str, spec: Mapping[str, Any],
                          annotations: Mapping[str, str | None]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)},
                  "spec": dict(spec)}
         try:
             await self._call(self._api.patch_node, checked(name), patch,
                              _content_type="application/strategic-merge-patch+json")
-        except ApiException as error:
+        except ApiError as error:
             if error.status == 409:
                 raise NodeChanged(f"node {name} changed since resourceVersion {resource_version}") from error
             raise
@@ -145,8 +183,6 @@ class KubernetesNodeApi:
                 return pods
 
     async def evict(self, namespace: str, name: str) -> EvictionOutcome:
-        from kubernetes.client.exceptions import ApiException
-
         checked(namespace, "namespace")
         checked(name, "pod name")
         client = self._client
@@ -155,7 +191,7 @@ class KubernetesNodeApi:
         try:
             # The API server answers with a Status, not an Eviction: do not deserialize it.
             await self._call(self._api.create_namespaced_pod_eviction, name, namespace, body, _preload_content=False)
-        except ApiException as error:
+        except ApiError as error:
             if error.status == 429:
                 return "blocked"
             if error.status == 404:

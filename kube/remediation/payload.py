@@ -16,6 +16,7 @@ without the label is kept (it asks for nothing).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,19 +65,36 @@ class Notification:
 
 # -- the rules a shape's types cannot say ---------------------------------------------------------
 
+# RFC 3339 section 5.6's date-time; "T" and "Z" may be lower case (its note to section 5.6)
+_RFC3339 = re.compile(r"(?P<datetime>\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
+                      r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
 def _version_4(value: str) -> str | None:
     return None if value == "4" else 'must be "4"'
 
 
 def _rfc3339(value: str) -> str | None:
-    """An RFC 3339 timestamp, or "" (Alertmanager sends endsAt "0001-01-01T00:00:00Z" or nothing)."""
+    """An RFC 3339 timestamp, or "" (Alertmanager sends endsAt "0001-01-01T00:00:00Z" or nothing):
+    date, ``T``, time and a zone, as Alertmanager (Go's RFC3339Nano) writes them; a date alone,
+    no zone, or ISO 8601's other forms are refused."""
     if not value:
         return None
-    try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return "must be an RFC 3339 timestamp"
+    match = _RFC3339.fullmatch(value)
+    if match is None or not _exists(match):
+        return "must be an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS[.fraction], then Z or +HH:MM)"
     return None
+
+
+def _exists(match: re.Match[str]) -> bool:
+    """Is the matched timestamp a real one (no 30 February, no hour 25)? Fractions past
+    microseconds are dropped: Python's datetime keeps no more."""
+    zone = "+00:00" if match["zone"] in ("Z", "z") else match["zone"]
+    try:
+        datetime.fromisoformat(f"{match['datetime']}{(match['fraction'] or '')[:7]}{zone}")
+    except ValueError:
+        return False
+    return True
 
 
 def _rfc3339_given(value: str) -> str | None:

@@ -15,6 +15,9 @@ crash between the call and the commit leads to a retry the receiver can recognis
 (holds.py). A drain
 waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_seconds``; a failed
 step is journaled with its result (the drain's still-blocked pods) and the later steps are skipped.
+A Kubernetes call that fails (``nodes.ApiError``: refused, or the API server not reached) — the
+breaker's node count included — fails its step with a one-line error, logged as one line, and
+the worker goes on with the other pending actions. A dry run makes no Kubernetes call at all.
 
 ``make_app`` checks everything a person sets up before anything is served — the credential
 files, the web configuration file, the journal's folder, the kubeconfig (or the in-cluster service
@@ -31,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -41,11 +45,12 @@ from runtimekit.state.health import ACTIONS
 from runtimekit.webconfig import GUARD
 
 from . import actions as steps_module
-from .auth import make_guard, read_secret
-from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict
+from .auth import make_guard, read_token
+from .breaker import BreakerPolicy, breaker_verdict, cooldown_verdict, needs_cluster_size
 from .config import RemediationConfig
-from .journal import DISRUPTIVE, UNDOES, Action, Journal, JournalError, JournalLocked, check_path
-from .nodes import ClusterAccessError, KubernetesNodeApi, NodeApi
+from .journal import DISRUPTIVE, UNDOES, Action, Journal
+from .journal_file import JournalError, JournalLocked, check_path
+from .nodes import ApiError, ClusterAccessError, KubernetesNodeApi, NodeApi
 from .payload import PayloadError, parse
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,7 @@ JOURNAL = web.AppKey("journal", Journal)
 CONFIG = web.AppKey("config", RemediationConfig)
 COUNTERS = web.AppKey("counters", Counter)
 RETRY_AFTER_SECONDS = 10  # what a 503 asks Alertmanager to wait (it retries with its own back-off)
+ACTIONS_LIMIT = 1000  # the newest actions GET /api/v1/actions answers with (it says how many it left out)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -101,8 +107,11 @@ async def post_alerts(request: web.Request) -> web.Response:
 
 
 async def get_actions(request: web.Request) -> web.Response:
-    rows = await asyncio.to_thread(request.app[JOURNAL].actions)
-    return web.json_response([a.as_json() for a in rows])
+    """The newest ACTIONS_LIMIT actions, newest first, with how many the journal holds (``total``)
+    and how many older ones this answer leaves out (``omitted``)."""
+    rows, total = await asyncio.to_thread(request.app[JOURNAL].newest, ACTIONS_LIMIT)
+    return web.json_response({"actions": [a.as_json() for a in rows], "total": total, "limit": ACTIONS_LIMIT,
+                              "omitted": total - len(rows)})
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -167,10 +176,13 @@ class Worker:
             state, result = await self._execute(action, labels)
             if await asyncio.to_thread(self.journal.finish, action.id, state, result, self.clock()):
                 finished += 1
-                log.info("action %s %s on %s: %s", action.id, action.kind, action.node, state)
+                _log_outcome(action, state, result)
         return finished
 
-    async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, object]:
+    async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        """The action's outcome: (state, result). A step that fails — the Kubernetes API refused or
+        was not reached, the breaker could not count the nodes — is "failed" with a one-line
+        error; only a journal error is raised (the loop reports it, the action stays pending)."""
         siblings = await asyncio.to_thread(self.journal.siblings, action)
         # A forward step needs the earlier ones done (or described, in a dry run); an undo step
         # (uncordon, untaint) always runs: it looks at the node, whatever the journal says, and
@@ -179,9 +191,22 @@ class Worker:
         if action.kind in DISRUPTIVE and any(
                 a.state == "failed" or (a.state == "skipped" and not (a.result or {}).get("dry_run")) for a in earlier):
             return "skipped", {"reason": "an earlier step of this alert did not complete"}
+        try:
+            return await self._attempt(action, labels)
+        except steps_module.StepFailed as error:
+            return "failed", {**error.result, "error": str(error)}
+        except ApiError as error:  # refused or not reached: an ordinary failure, one line
+            return "failed", {"error": str(error)}
+        except sqlite3.Error:
+            raise
+        except Exception as error:  # a fault of this service: journaled, and its traceback logged
+            log.exception("action %s %s on %s failed", action.id, action.kind, action.node)
+            return "failed", {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+
+    async def _attempt(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        """The gate, then the step (or its description, in a dry run)."""
         if action.kind in DISRUPTIVE:
-            now = self.clock()
-            gate = await self._gate(action, now)
+            gate = await self._gate(action, self.clock())
             if gate is not None:
                 return "skipped", {"reason": gate}
         if self.config.dry_run:
@@ -192,28 +217,38 @@ class Worker:
                                        "not run again"}
         await asyncio.to_thread(self.journal.begin_attempt, action.id, self.clock())
         needed = await asyncio.to_thread(self.journal.still_needed, action) if action.kind in UNDOES else []
-        try:
-            return "done", await self.steps.run(action, labels, needed)
-        except steps_module.StepFailed as error:
-            return "failed", {**error.result, "error": str(error)}
-        except Exception as error:  # the Kubernetes API refused, say; journaled, never retried blindly
-            log.exception("action %s %s on %s failed", action.id, action.kind, action.node)
-            return "failed", {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+        return "done", await self.steps.run(action, labels, needed)
 
     async def _gate(self, action: Action, now: float) -> str | None:
+        """Why a disruptive step must not run now (the cooldown, the breaker), or None. A dry run
+        reads the journal only: it never asks the API server for the node count, never opens the
+        breaker, and is stopped only by a cooldown or a breaker already open."""
         is_open, _ = await asyncio.to_thread(self.journal.breaker_state)
         last = await asyncio.to_thread(self.journal.last_other_alert_at, action.node, action.fingerprint,
                                        action.starts_at)
         cooldown = cooldown_verdict(last, now, self.config.cooldown_seconds)
         if not cooldown.allowed:
             return cooldown.reason
+        if self.config.dry_run:
+            verdict = breaker_verdict(self.policy, action.node, now, (), 0, is_open)
+            return None if verdict.allowed else verdict.reason
         actioned = await asyncio.to_thread(self.journal.actioned, now - self.policy.window_seconds)
-        total = 0 if is_open else await self.steps.nodes.count_nodes()
+        needs_total = not is_open and needs_cluster_size(self.policy, action.node, now, actioned)
+        total = await self._cluster_size() if needs_total else 0
         verdict = breaker_verdict(self.policy, action.node, now, actioned, total, is_open)
         if verdict.opens_breaker:
             await asyncio.to_thread(self.journal.open_breaker, verdict.reason, now)
             log.error("%s", verdict.reason)
         return None if verdict.allowed else verdict.reason
+
+    async def _cluster_size(self) -> int:
+        """The cluster's node count, for the breaker's percentage rule; StepFailed (the step is not
+        run) when the API server refuses or is not reached."""
+        try:
+            return await self.steps.nodes.count_nodes()
+        except ApiError as error:
+            raise steps_module.StepFailed(f"circuit breaker: cannot count the cluster's nodes, so the step did "
+                                          f"not run ({error})") from error
 
     async def loop(self) -> None:
         """Run cycles for ever; a journal that cannot be written is logged when it starts and ends."""
@@ -234,6 +269,14 @@ class Worker:
             await asyncio.sleep(self.config.worker_interval_seconds)
 
 
+def _log_outcome(action: Action, state: str, result: dict[str, Any]) -> None:
+    """One line per finished action: a warning with the error when it failed."""
+    if state == "failed":
+        log.warning("action %s %s on %s failed: %s", action.id, action.kind, action.node, result.get("error"))
+    else:
+        log.info("action %s %s on %s: %s", action.id, action.kind, action.node, state)
+
+
 def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.Application:
     """The receiver app; ``nodes`` replaces the Kubernetes client (tests).
 
@@ -242,7 +285,7 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     """
     counters: Counter = Counter()
     guard = make_guard(config, counters)
-    replacement_token = read_secret("replacement.token_file", config.replacement.token_file)
+    replacement_token = read_token("replacement.token_file", config.replacement.token_file)
     try:
         check_path(config.db_path)
     except JournalLocked:

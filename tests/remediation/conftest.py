@@ -86,7 +86,7 @@ async def post_alert(port: int, body: dict) -> int:
 async def get_actions(port: int) -> list[dict]:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/api/v1/actions", headers=AUTH) as response:
-            return await response.json()
+            return (await response.json())["actions"]
 
 
 async def wait_for(condition, seconds: float = 15.0, what: str = "the condition") -> None:

@@ -6,10 +6,14 @@ failure at run time; never a traceback, and a refused command changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -182,3 +186,71 @@ def test_serve_pointed_at_another_database_refuses_and_leaves_it_alone(tmp_path,
     assert main(["serve", "--config", _config(tmp_path, db_path=str(path))]) == 2
     _one_line(capsys, f"runtimekit: error: db_path: {path}: not a remediation journal")
     assert path.read_bytes() == before
+
+
+NOBODY = 65534  # uid and gid of nobody
+
+
+@contextlib.contextmanager
+def _as_another_user(path):
+    """Make the journal at ``path`` one this process may read but not write, as for an operator
+    whose uid does not own it: as root (permissions do not bind root), the effective uid and gid
+    become nobody's for the block, the file staying root's with mode 0644; otherwise the file is
+    made read-only for the block."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o644)
+        return
+    import shutil  # noqa: F401 - loaded now: argparse imports it lazily, and nobody cannot read the stdlib here
+
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@contextlib.contextmanager
+def _journal_folder(mode: int):
+    """A folder with an open breaker's journal in it, under /tmp (pytest's folder is root's alone)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, mode)
+        path = Path(folder) / "j.db"
+        journal = Journal(path)
+        journal.open_breaker("too many", 1.0)
+        journal.close()
+        path.chmod(0o644)
+        yield path
+
+
+@pytest.mark.parametrize("folder_mode", [0o755, 0o777], ids=["folder-read-only-too", "folder-writable"])
+def test_reset_breaker_on_a_journal_it_cannot_write_is_a_run_time_failure(capsys, folder_mode):
+    """A valid journal the operator's uid cannot write: exit 1, "cannot reset the breaker", not
+    "not a SQLite database"; the journal is left as it was."""
+    with _journal_folder(folder_mode) as path:
+        before = path.read_bytes()
+        with _as_another_user(path):
+            code = main(["reset-breaker", "--db", str(path)])
+        err = _one_line(capsys, f"runtimekit: cannot reset the breaker: {path}: cannot write it")
+        assert code == 1, err
+        assert "not a SQLite database" not in err and "not a remediation journal" not in err
+        assert path.read_bytes() == before
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT open FROM breaker").fetchone() == (1,)
+
+
+def test_serve_on_a_journal_it_cannot_write_refuses_to_start(capsys):
+    """The folder is writable, the journal is not: found at start (exit 2), not as a 503 on every alert."""
+    with _journal_folder(0o777) as path:
+        (path.parent / "token").write_text("s3cret\n")
+        config = path.parent / "config.yaml"
+        config.write_text(yaml.safe_dump({"db_path": str(path), "auth": {"token_file": str(path.parent / "token")}}))
+        with _as_another_user(path):
+            code = main(["serve", "--config", str(config)])
+        err = _one_line(capsys, f"runtimekit: error: db_path: {path}: cannot write it")
+        assert code == 2, err

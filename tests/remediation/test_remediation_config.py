@@ -153,3 +153,52 @@ def test_alertmanager_sends_exactly_the_actions_whose_ladder_acts():
     pattern = matcher.split("=~", 1)[1].strip().strip('"')
     sent = {action for action in ACTIONS if re.fullmatch(pattern, action)}
     assert sent == {action for action, steps in DEFAULT_LADDERS.items() if steps}
+
+
+@pytest.mark.parametrize("value,message", [
+    ("bad key!", "taint_key: the name part must be 1-63 characters"),
+    ("", "taint_key: must not be empty"),
+    ("example.com/", "taint_key: the name part must be 1-63 characters"),
+    ("/gpu", "taint_key: the prefix before '/' must be a DNS subdomain"),
+    ("Example.com/gpu", "taint_key: the prefix before '/' must be a DNS subdomain"),
+    ("a/b/c", "taint_key: must have at most one '/'"),
+    ("-gpu", "taint_key: the name part must be 1-63 characters"),
+    ("g" * 64, "taint_key: the name part must be 1-63 characters"),
+])
+def test_a_taint_key_kubernetes_would_refuse_is_refused_at_load(value, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(taint_key=value)
+
+
+@pytest.mark.parametrize("value", ["runtimekit.io/gpu-unhealthy", "gpu_unhealthy", "a", "example.com/A.b_c-9",
+                                   "g" * 63, "x" * 63 + "." + "y" * 63 + "/z"])
+def test_taint_keys_kubernetes_accepts_are_accepted(value):
+    assert _config(taint_key=value).taint_key == value
+
+
+@pytest.mark.parametrize("value,message", [
+    ("http://", "replacement.url: must name a host"),
+    ("https://exa mple.com/x", "replacement.url: must not contain spaces"),
+    ("http://host:99999/", "replacement.url: the port must be 1-65535"),
+    ("http://host:0/", "replacement.url: the port must be 1-65535"),
+    ("http://host:port/", "replacement.url: the port must be 1-65535"),
+    ("http://[::1/x", "replacement.url: not a URL"),
+    ("http:///x", "replacement.url: must name a host"),
+    ("ftp://host/x", "replacement.url: must be an http:// or https:// URL"),
+    ("https://host/x\ty", "replacement.url: must not contain spaces"),
+])
+def test_a_replacement_url_no_request_can_go_to_is_refused_at_load(value, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(**{"replacement.url": value})
+
+
+@pytest.mark.parametrize("value", ["https://spare.example.com/api/v1/replacements", "http://127.0.0.1:8080/r?x=1",
+                                   "http://[::1]:9/replace", "HTTPS://Spare.Example.com"])
+def test_replacement_urls_with_a_host_are_accepted(value):
+    assert _config(**{"replacement.url": value}).replacement.url == value
+
+
+@pytest.mark.parametrize("key", ["node_label", "action_label", "gpu_uuid_label", "gpu_index_label", "fault_label"])
+def test_an_empty_label_key_is_refused_at_load(key):
+    with pytest.raises(ConfigError, match=f"^{key}: must name an alert label"):
+        _config(**{key: ""})

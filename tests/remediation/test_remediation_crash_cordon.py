@@ -37,6 +37,9 @@ from tests.agent_process import free_port
 
 LADDER = {"replace_node": ["cordon"]}
 KILL_POINTS = ["GET /api/v1/nodes", "GET /api/v1/nodes/gpu-2", "PATCH /api/v1/nodes/gpu-2", "committed"]
+# The breaker counts the cluster's nodes (GET /api/v1/nodes) only when its percentage rule can
+# decide; from min_nodes 1 on it does for the first node, so a kill can come while it counts.
+COUNTING_BREAKER = {"max_nodes": 10, "max_percent": 100, "min_nodes": 1}
 
 
 def _released(kube) -> bool:
@@ -52,7 +55,7 @@ async def _cordon_done(port: int) -> bool:
 async def test_sigkill_anywhere_on_the_cordon_path_then_resolve_uncordons(fakes, tmp_path, point):
     kube, _, url = fakes
     port = free_port()
-    config = write_config(tmp_path, url, listen=f"127.0.0.1:{port}", ladders=LADDER)
+    config = write_config(tmp_path, url, listen=f"127.0.0.1:{port}", ladders=LADDER, breaker=COUNTING_BREAKER)
     first = await start_service(config, port)
     try:
         kube.on_request = lambda method, path: first.kill() if f"{method} {path}" == point else None

@@ -124,7 +124,7 @@ async def test_ladder_with_drain_over_http_runs_each_step_once(fakes, tmp_path):
         await _settle(app, lambda: repl.calls)
         await asyncio.sleep(0.2)
         assert len(repl.calls) == 1
-        actions = sorted(await (await client.get("/api/v1/actions", headers=AUTH)).json(), key=lambda a: a["id"])
+        actions = sorted((await (await client.get("/api/v1/actions", headers=AUTH)).json())["actions"], key=lambda a: a["id"])
         assert [(a["kind"], a["state"]) for a in actions] == [("cordon", "done"), ("taint", "done"),
                                                                ("drain", "done"), ("replace", "done")]
         assert sorted(actions[2]["result"]["evicted"]) == ["ml/bare", "ml/train-0"]
@@ -135,7 +135,7 @@ async def test_ladder_with_drain_over_http_runs_each_step_once(fakes, tmp_path):
         resolved = alert_body(status="resolved")
         assert (await client.post("/api/v1/alerts", json=resolved, headers=AUTH)).status == 200
         await _settle(app, lambda: True)
-        kinds = [a["kind"] for a in await (await client.get("/api/v1/actions", headers=AUTH)).json()]
+        kinds = [a["kind"] for a in (await (await client.get("/api/v1/actions", headers=AUTH)).json())["actions"]]
         assert sorted(kinds) == ["cordon", "drain", "replace", "taint", "uncordon", "untaint"]  # no "undrain"
         assert len(kube.evictions) == evictions
     finally:
@@ -150,7 +150,7 @@ async def test_drain_blocked_past_timeout_over_http_stops_the_ladder(fakes, tmp_
     try:
         assert (await client.post("/api/v1/alerts", json=alert_body(), headers=AUTH)).status == 200
         await _settle(app, lambda: True)
-        actions = {a["kind"]: a for a in await (await client.get("/api/v1/actions", headers=AUTH)).json()}
+        actions = {a["kind"]: a for a in (await (await client.get("/api/v1/actions", headers=AUTH)).json())["actions"]}
         assert actions["drain"]["state"] == "failed"
         assert actions["drain"]["result"]["blocked"] == ["ml/train-0"]
         assert "ml/train-0" in actions["drain"]["result"]["error"]

@@ -56,7 +56,7 @@ async def test_one_alert_three_times_one_replacement(fakes, tmp_path):
         node = kube.nodes["gpu-1"]["spec"]
         assert node["unschedulable"] is True
         assert node["taints"] == [{"key": "runtimekit.io/gpu-unhealthy", "value": "true", "effect": "NoSchedule"}]
-        actions = await (await client.get("/api/v1/actions", headers=AUTH)).json()
+        actions = (await (await client.get("/api/v1/actions", headers=AUTH)).json())["actions"]
         assert sorted((a["kind"], a["state"]) for a in actions) == [("cordon", "done"), ("replace", "done"),
                                                                   ("taint", "done")]
         metrics = await (await client.get("/metrics", headers=AUTH)).text()
@@ -107,9 +107,45 @@ async def test_default_breaker_on_a_4_node_cluster_actions_the_first_node_and_op
                 break
             await asyncio.sleep(0.05)
         assert len(repl.calls) == 1 and not kube.nodes["gpu-2"]["spec"].get("unschedulable")
-        actions = [a for a in await (await client.get("/api/v1/actions", headers=AUTH)).json() if a["node"] == "gpu-2"]
+        actions = [a for a in (await (await client.get("/api/v1/actions", headers=AUTH)).json())["actions"] if a["node"] == "gpu-2"]
         assert {a["state"] for a in actions} == {"skipped"}
         assert any("2 of 4 nodes" in (a["result"] or {}).get("reason", "") for a in actions)
         assert "runtimekit_remediation_breaker_open 1" in await (await client.get("/metrics", headers=AUTH)).text()
+    finally:
+        await client.close()
+
+
+async def test_a_timestamp_without_a_zone_is_answered_400_naming_the_field(fakes, tmp_path):
+    client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
+    try:
+        for starts in ("2026-12-07", "2026-12-07T10:00:00"):
+            response = await client.post("/api/v1/alerts", json=alert_body(starts=starts), headers=AUTH)
+            assert response.status == 400
+            assert (await response.json())["error"].startswith("alerts[0].startsAt: must be an RFC 3339 timestamp")
+        assert app[JOURNAL].snapshot() == (0, 0)
+    finally:
+        await client.close()
+
+
+async def test_the_actions_answer_says_how_many_older_actions_it_left_out(fakes, tmp_path):
+    client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
+    try:
+        alerts = [alert_body(fingerprint=f"fp{i}", node=f"gpu-{i}")["alerts"][0] for i in range(334)]
+        body = {**alert_body(), "alerts": alerts}  # 334 alerts, 3 steps each: 1002 actions
+        assert (await client.post("/api/v1/alerts", json=body, headers=AUTH)).status == 200
+        answer = await (await client.get("/api/v1/actions", headers=AUTH)).json()
+        assert (answer["total"], answer["limit"], answer["omitted"]) == (1002, 1000, 2)
+        ids = [a["id"] for a in answer["actions"]]
+        assert len(ids) == 1000 and ids == sorted(ids, reverse=True) and min(ids) == 3  # the 2 oldest left out
+        assert app[JOURNAL].snapshot() == (334, 1002)
+    finally:
+        await client.close()
+
+
+async def test_the_actions_answer_says_when_nothing_was_left_out(fakes, tmp_path):
+    client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
+    try:
+        answer = await (await client.get("/api/v1/actions", headers=AUTH)).json()
+        assert answer == {"actions": [], "total": 0, "limit": 1000, "omitted": 0}
     finally:
         await client.close()

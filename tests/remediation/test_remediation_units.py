@@ -41,10 +41,30 @@ def _mutate(path, value):
     (("alerts", 0, "fingerprint"), "f" * 129, "alerts[0].fingerprint: must be a non-empty string of at most 128"),
     (("truncatedAlerts",), True, "truncatedAlerts: must be an integer"),
     (("truncatedAlerts",), -1, "truncatedAlerts: must be >= 0"),
+    (("alerts", 0, "startsAt"), "2026-12-07", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "2026-12-07T10:00:00", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "2026-12-07 10:00:00Z", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "20261207T100000Z", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "2026-12-07T10:00Z", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "2026-02-30T10:00:00Z", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "startsAt"), "2026-12-07T10:00:00+0200", "alerts[0].startsAt: must be an RFC 3339 timestamp"),
+    (("alerts", 0, "endsAt"), "2026-12-07T10:00:00", "alerts[0].endsAt: must be an RFC 3339 timestamp"),
 ])
 def test_payload_rejects(path, value, message):
     with pytest.raises(PayloadError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse(_mutate(path, value))
+
+
+@pytest.mark.parametrize("starts,ends", [
+    ("2026-12-07T10:00:00Z", "0001-01-01T00:00:00Z"),  # Alertmanager's zero time: not resolved yet
+    ("2026-12-07T10:00:00.123456789+02:00", "2026-12-07T11:00:00.5-05:30"),  # Go's RFC3339Nano
+    ("2026-12-07t10:00:00z", ""),  # RFC 3339 allows lower case T and Z; endsAt may be absent
+])
+def test_payload_accepts_rfc3339_timestamps(starts, ends):
+    body = _mutate(("alerts", 0, "startsAt"), starts)
+    body["alerts"][0]["endsAt"] = ends
+    alert = parse(body).alerts[0]
+    assert (alert.starts_at, alert.ends_at) == (starts, ends)
 
 
 def test_payload_rejects_a_body_that_is_not_an_object():
@@ -198,3 +218,17 @@ def test_the_shipped_kubernetes_configuration_loads(tmp_path):
     config = load(path)
     assert config.dry_run is True
     assert config.ladders["reboot_node"] == ["cordon", "taint", "replace"]  # what GPU-lost alerts ask for
+
+
+@pytest.mark.parametrize("node,actioned,needed", [
+    ("a", [], False),  # 1 node: below min_nodes 2, the percentage does not apply
+    ("a", [("b", 90)], True),  # 2 nodes: the percentage decides
+    ("b", [("b", 90)], False),  # a node already actioned continues its ladder
+    ("a", [("b", 90), ("c", 95)], True),  # 3 nodes = max_nodes: still the percentage
+    ("a", [("b", 90), ("c", 95), ("d", 99)], False),  # 4 > max_nodes 3: refused whatever the size
+    ("a", [("b", -10)], False),  # outside the window
+])
+def test_the_cluster_size_is_asked_only_when_the_percentage_rule_decides(node, actioned, needed):
+    from runtimekit.kube.remediation.breaker import needs_cluster_size
+
+    assert needs_cluster_size(FLOOR, node, 100, actioned) is needed
