@@ -10,9 +10,10 @@ for the message the next one prints. Source: flock(2).
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
+
+from runtimekit.process_lock import LockHeld, hold_lock
 
 __all__ = ["LOCK_FILE", "StateDirError", "check_state_dir", "lock_state_dir"]
 
@@ -46,19 +47,12 @@ def check_state_dir(path: str | Path) -> None:
 
 def lock_state_dir(path: str | Path) -> int:
     """Hold ``path`` for this process: the open descriptor of its lock file, to keep open until the
-    process ends. StateDirError naming the other agent's pid when one holds it."""
+    process ends (``runtimekit.process_lock``). StateDirError naming the other agent's pid when one holds it."""
     lock = Path(path) / LOCK_FILE
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return hold_lock(lock)
     except OSError as error:
         raise StateDirError(f"state_dir {path}: cannot open {lock} ({error.strerror or error})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StateDirError(f"state_dir {path}: another agent (pid {holder}) is using it; "
+    except LockHeld as held:
+        raise StateDirError(f"state_dir {path}: another agent (pid {held.holder}) is using it; "
                             "one state directory serves one agent at a time") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd

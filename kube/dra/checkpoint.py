@@ -24,7 +24,6 @@ the process (no stale lock after a SIGKILL).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -33,6 +32,7 @@ from typing import Any
 
 from runtimekit.documents import DocumentError, load_json
 from runtimekit.fileio import write_atomically
+from runtimekit.process_lock import LockHeld, hold_lock
 from runtimekit.schema import check_type
 
 __all__ = ["VERSION", "Checkpoint", "CheckpointError", "ClaimEntry", "DeviceEntry", "DirectoryLock", "DriverLocked"]
@@ -225,19 +225,13 @@ class DirectoryLock:
         it, or when the folder or the file cannot be made or opened (naming the path and why)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd = hold_lock(self.path)
         except OSError as error:  # read-only, not a directory, no permission
             raise DriverLocked(f"{error.filename or self.path}: cannot lock the plugin directory: "
                                f"{error.strerror or error}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DriverLocked(f"{self.path} is locked: another DRA driver serves this plugin directory") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        except LockHeld as held:
+            raise DriverLocked(f"{self.path} is locked: another DRA driver serves this plugin directory "
+                               f"(pid {held.holder})") from None
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

@@ -21,11 +21,11 @@ Source: flock(2); runtimekit/state_dir.py holds the agent's state directory the 
 
 from __future__ import annotations
 
-import fcntl
 import os
-import socket
 import sqlite3
 from pathlib import Path
+
+from runtimekit.process_lock import LockHeld, hold_lock
 
 BUSY_SECONDS = 2.0  # the longest a statement waits for another writer's lock (sqlite busy timeout)
 TABLES = ("alerts", "actions", "breaker")
@@ -148,20 +148,13 @@ def connect_existing(path: str | Path) -> sqlite3.Connection:
 
 def hold_journal(path: str | Path) -> int:
     """Hold the journal at ``path`` for this process: the open descriptor of ``PATH.lock``, locked
-    with flock(2), to keep open until the process ends. JournalInUse naming the other holder when
-    another service holds it; JournalError when the lock file cannot be opened."""
+    (``runtimekit.process_lock``), to keep open until the process ends. JournalInUse naming the
+    other holder when another service holds it; JournalError when the lock file cannot be opened."""
     lock = f"{path}{LOCK_SUFFIX}"
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return hold_lock(lock)
     except OSError as error:
         raise JournalError(f"{path}: cannot open the lock file {lock}: {error.strerror or error}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise JournalInUse(f"the journal {path} is in use by another remediation service (pid {holder}, lock {lock}); "
+    except LockHeld as held:
+        raise JournalInUse(f"the journal {path} is in use by another remediation service (pid {held.holder}, lock {lock}); "
                            "one service per journal: stop it first") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-    return fd

@@ -6,6 +6,8 @@ never a traceback. (The crash and done-when tests run it as a process and stop i
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,7 +76,7 @@ def test_a_second_driver_on_the_same_plugin_directory_exits_1(tmp_path: Path, ca
     finally:
         held.release()
     assert (code, err.strip()) == (1, f"runtimekit: {tmp_path}/plugin/driver.lock is locked: another DRA driver serves "
-                                      "this plugin directory")
+                                      f"this plugin directory (pid {os.getpid()} on {socket.gethostname()})")
 
 
 def test_a_checkpoint_this_version_cannot_read_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ naming the first one's pid) and changes nothing; once the first is killed, a new
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ def test_a_second_agent_on_the_same_state_dir_is_refused(tmp_path):
                                  str(state), "--listen", f"127.0.0.1:{free_port()}"],
                                 cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert second.returncode == 2
-        assert f"another agent (pid {first.process.pid}) is using it" in second.stderr
+        assert f"another agent (pid {first.process.pid} on {socket.gethostname()}) is using it" in second.stderr
         assert "Traceback" not in second.stderr
         assert first.get("/readyz")[0] == 200 and (state / "runtimekit.sock").exists()
     finally:
