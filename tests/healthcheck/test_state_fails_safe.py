@@ -14,6 +14,8 @@ import errno
 import json
 import math
 import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -361,7 +363,7 @@ def test_a_missing_state_dir_is_created_and_a_writable_one_is_left_clean(tmp_pat
 
 def test_one_state_dir_serves_one_agent_and_a_dead_agents_hold_is_gone(tmp_path):
     held = lock_state_dir(tmp_path)
-    with pytest.raises(StateDirError, match=rf"^state_dir {tmp_path}: another agent \(pid {os.getpid()}\) is using it"):
+    with pytest.raises(StateDirError, match=rf"^state_dir {tmp_path}: another agent \(pid {os.getpid()} on {re.escape(socket.gethostname())}\) is using it"):
         lock_state_dir(tmp_path)
     os.close(held)  # what the kernel does when the holder dies, SIGKILL included
     os.close(lock_state_dir(tmp_path))
