@@ -81,6 +81,7 @@ class DevicePluginService:
         self.allocator = Allocator(self.agent, config)
         self.kubelet = KubeletRegistration(config.kubelet_socket, config.agent_timeout_seconds)
         self.plugins: dict[str, _Plugin] = {}
+        self.kubelet_seen: bool | None = None  # the kubelet socket at the last pass (None: not looked yet)
         self.offer_writer: OfferWriter | None = None
         if config.offer_annotation.enabled:
             if kube_client is None or config.node_name is None:
@@ -127,12 +128,25 @@ class DevicePluginService:
                 servicer = DevicePluginServicer(resource, self.watch, self.allocator)
                 self.plugins[resource] = _Plugin(PluginServer(path, servicer))
         kubelet = file_identity(self.config.kubelet_socket)
+        self._say_kubelet(kubelet is not None)
         for resource, plugin in self.plugins.items():
             why = plugin.server.absence()
             if why and not await self._serve(resource, plugin, why):
                 continue
             if kubelet is not None and plugin.registered_with != kubelet:
                 await self._register(resource, plugin, kubelet)
+
+    def _say_kubelet(self, present: bool) -> None:
+        """Log when the kubelet socket is absent (once, till it comes) and when it comes: a wrong
+        ``kubelet_socket`` otherwise looks like a plugin serving for a kubelet that never calls."""
+        if present == self.kubelet_seen:
+            return
+        if not present:
+            log.warning("no kubelet socket at %s yet: serving, and registering once it appears (is kubelet_socket "
+                        "the kubelet's device-plugins socket?)", self.config.kubelet_socket)
+        elif self.kubelet_seen is False:
+            log.info("the kubelet socket %s appeared", self.config.kubelet_socket)
+        self.kubelet_seen = present
 
     async def _serve(self, resource: str, plugin: _Plugin, why: str) -> bool:
         """(Re)start ``plugin``'s server because of ``why``; False when it is not serving (a failure

@@ -124,3 +124,25 @@ def test_a_socket_path_too_long_for_a_unix_socket_is_refused_at_start(short_dir:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"runtimekit: error: {key}: ") and len(done.stderr.splitlines()) == 1
     assert "unix socket path" in done.stderr and not directory.exists()
+
+
+async def test_an_absent_kubelet_socket_is_said_once_and_its_arrival_too(short_dir: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    kubelet = FakeKubelet(str(short_dir / "device-plugins"))  # not started yet: no socket
+    os.makedirs(kubelet.directory)
+    service = service_of(kubelet)
+    caplog.set_level(logging.INFO, logger="runtimekit.kube.deviceplugin")
+    try:
+        for _ in range(3):
+            await service.reconcile()
+        absent = [r for r in caplog.records if "no kubelet socket at" in r.getMessage()]
+        assert len(absent) == 1 and absent[0].levelno == logging.WARNING
+        await kubelet.start()
+        try:
+            await service.reconcile()
+            await kubelet.wait_registrations(1)
+            assert sum("kubelet socket" in r.getMessage() and "appeared" in r.getMessage() for r in caplog.records) == 1
+        finally:
+            await kubelet.stop()
+    finally:
+        await service.close()
