@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
+from runtimekit.kube.k8s_names import node_name_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
 
-from .names import endpoint_of, mig_resource, node_name_problem, resource_name_problem
+from .names import endpoint_of, mig_resource, resource_name_problem
 
 #: The kubelet's registration socket (k8s.io/kubelet deviceplugin/v1beta1 constants.go KubeletSocket).
 KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"

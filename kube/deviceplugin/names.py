@@ -1,20 +1,18 @@
-"""Names the kubelet accepts: extended resource names, and the plugin's socket file per resource;
-and the Node's name the API server accepts.
+"""Names the kubelet accepts: extended resource names, and the plugin's socket file per resource.
 
 Rules from Kubernetes (k8s.io/apimachinery validation.IsQualifiedName and DNS-1123 subdomain;
 k8s.io/kubernetes pkg/apis/core/v1/helper IsExtendedResourceName, which the kubelet's device
 manager applies to RegisterRequest.resource_name): ``DOMAIN/NAME`` with DOMAIN a lower-case DNS
 subdomain of at most 253 characters outside ``kubernetes.io``, and NAME 1-63 characters of
-``[A-Za-z0-9._-]`` that start and end alphanumeric. A Node's name is a DNS-1123 subdomain
-(apimachinery ``ValidateNodeName``: ``IsDNS1123Subdomain``).
+``[A-Za-z0-9._-]`` that start and end alphanumeric.
 """
 
 from __future__ import annotations
 
 import re
 
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+from runtimekit.kube.k8s_names import QUALIFIED_NAME, SUBDOMAIN
+
 _NOT_IN_NAME = re.compile(r"[^-A-Za-z0-9_.]")
 
 
@@ -23,19 +21,12 @@ def resource_name_problem(name: str) -> str | None:
     domain, slash, rest = name.partition("/")
     if not slash:
         return "must be DOMAIN/NAME (nvidia.com/gpu)"
-    if not domain or len(domain) > 253 or not _SUBDOMAIN.fullmatch(domain):
+    if not domain or len(domain) > 253 or not SUBDOMAIN.fullmatch(domain):
         return "its domain must be a lower-case DNS subdomain (nvidia.com)"
     if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
         return "its domain must not be kubernetes.io (reserved for native resources)"
-    if not rest or len(rest) > 63 or not _NAME.fullmatch(rest):
+    if not rest or len(rest) > 63 or not QUALIFIED_NAME.fullmatch(rest):
         return "its name must be 1-63 characters of A-Z a-z 0-9 . _ - starting and ending alphanumeric"
-    return None
-
-
-def node_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a Node's name (a lower-case DNS subdomain of at most 253 characters), or None."""
-    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
-        return "must be a Node's name: a lower-case DNS subdomain of at most 253 characters"
     return None
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
+from runtimekit.kube.k8s_names import SUBDOMAIN, node_name_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import REQUIRED, ConfigError, Key, between, build, resolve, schema_of, section, setting
 
@@ -30,7 +31,6 @@ REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 #: The kubelet's plugins directory; a driver's own directory is this joined with its name (KubeletPluginsDir).
 PLUGINS_DIR = "/var/lib/kubelet/plugins"
 
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _CDI_CLASS = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -40,20 +40,14 @@ def _absolute(value: str) -> str | None:
 
 def _driver_name(value: str) -> str | None:
     # resource.k8s.io/v1 ResourceSlice spec.driver: a DNS subdomain of at most 63 characters.
-    if len(value) > 63 or not _SUBDOMAIN.fullmatch(value):
+    if len(value) > 63 or not SUBDOMAIN.fullmatch(value):
         return "must be a lower-case DNS subdomain of at most 63 characters (gpu.runtimekit.io)"
-    return None
-
-
-def _node_name(value: str) -> str | None:
-    if len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
-        return "must be a Node's name: a lower-case DNS subdomain of at most 253 characters"
     return None
 
 
 def _cdi_kind(value: str) -> str | None:
     vendor, slash, cdi_class = value.partition("/")
-    if not slash or not _SUBDOMAIN.fullmatch(vendor) or not _CDI_CLASS.fullmatch(cdi_class):
+    if not slash or not SUBDOMAIN.fullmatch(vendor) or not _CDI_CLASS.fullmatch(cdi_class):
         return "a CDI kind is VENDOR/CLASS: a DNS subdomain, then 1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric"
     return None
 
@@ -63,7 +57,7 @@ class DraConfig:
     """Validated configuration of the DRA driver (all sockets are unix socket paths)."""
 
     node_name: str = setting(REQUIRED, "the Node this driver runs on: its pool's name (--node-name, else the "
-                             "NODE_NAME environment variable, else this key)", _node_name)
+                             "NODE_NAME environment variable, else this key)", node_name_problem)
     driver_name: str = setting("gpu.runtimekit.io", "the DRA driver's name: ResourceSlice spec.driver, the "
                                "results it prepares, its plugin registration", _driver_name)
     agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", _absolute)

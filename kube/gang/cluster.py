@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import DocumentError, load_json_file, load_yaml_file
+from runtimekit.kube.k8s_names import node_name_problem
 from runtimekit.schema import REQUIRED, ConfigError, Key, at_least, between, check_shape
 
 from .network import DEFAULT_PRESET, Tiers
@@ -60,7 +61,7 @@ def _named(value: str) -> str | None:
 
 _NAME = Key(str, REQUIRED, "a name", _named)
 _COUNT = Key(int, 0, "a count", at_least(0))
-_NODE = {"name": _NAME, "labels?": {"...": str}, "offer?": Any}
+_NODE = {"name": Key(str, REQUIRED, "a Node's name", node_name_problem), "labels?": {"...": str}, "offer?": Any}
 _CLUSTER = {"tiers?": (str, list), "resourceslices?": (str, list), "resourceclaims?": (str, list), "nodes": [_NODE]}
 _POD = {"name": _NAME, "gpus": _COUNT, "nics?": _COUNT, "replicas?": Key(int, 1, "pods of this entry", between(1, MAX_REPLICAS))}
 _GANGS = {"gangs": [{"key": _NAME, "pods": [_POD]}]}

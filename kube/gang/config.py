@@ -22,13 +22,13 @@ from typing import Any
 
 from runtimekit.config import ListenerConfig
 from runtimekit.kube.deviceplugin.names import resource_name_problem
+from runtimekit.kube.k8s_names import SUBDOMAIN
 from runtimekit.kube.kubeclient import KubernetesConfig
 from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting
 
 from .network import PRESETS, Tiers, label_key_problem
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _strings(rule: str, problem: Any) -> Any:
@@ -55,7 +55,7 @@ def _tier_keys(values: list[Any] | tuple[Any, ...]) -> str | None:
 
 
 def _device_class(value: str) -> str | None:
-    return None if len(value) <= 253 and _SUBDOMAIN.fullmatch(value) else "a DeviceClass name is a DNS subdomain"
+    return None if len(value) <= 253 and SUBDOMAIN.fullmatch(value) else "a DeviceClass name is a DNS subdomain"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 
+from runtimekit.kube.k8s_names import QUALIFIED_NAME, SUBDOMAIN
+
 MAX_NAME = 253  # characters of a DNS-1123 subdomain
 MAX_LABEL = 63  # characters of each of its labels
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-_QUALIFIED = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # IsDNS1123Subdomain
 
 
 class InvalidName(ValueError):
@@ -58,10 +58,10 @@ def qualified_name_problem(value: str) -> str | None:
     prefix, slash, name = value.rpartition("/")
     if "/" in prefix:
         return "must have at most one '/' (PREFIX/NAME)"
-    if slash and (len(prefix) > MAX_NAME or not _SUBDOMAIN.fullmatch(prefix)):
+    if slash and (len(prefix) > MAX_NAME or not SUBDOMAIN.fullmatch(prefix)):
         return (f"the prefix before '/' must be a DNS subdomain of at most {MAX_NAME} characters "
                 "(lowercase letters, digits, '-', '.')")
-    if len(name) > MAX_LABEL or not _QUALIFIED.fullmatch(name):
+    if len(name) > MAX_LABEL or not QUALIFIED_NAME.fullmatch(name):
         return (f"the name part must be 1-{MAX_LABEL} characters: letters, digits, '-', '_' and '.', "
                 "starting and ending with a letter or digit")
     return None

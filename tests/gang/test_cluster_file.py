@@ -61,6 +61,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     ("tiers: topograph\n", "cluster.yaml: nodes: required key is missing"),
     ("nodes: [{name: 5, offer: null}]\n", "cluster.yaml: nodes[0].name: must be a string, got int 5"),
     ("nodes: [{name: a, zone: z}]\n", "cluster.yaml: nodes[0].zone: unknown key"),
+    ('nodes: [{name: "A/B", offer: null}]\n', "cluster.yaml: nodes[0].name: must be a Node's name: a lower-case DNS subdomain"),
+    ('nodes: [{name: "", offer: null}]\n', "cluster.yaml: nodes[0].name: must be a Node's name"),
     ("nodes: [{name: a, labels: {k: 1}}]\n", "cluster.yaml: nodes[0].labels.k: must be a string"),
     ("nodes: [{name: a, offer: {v: 1, gpus_free: 6, nvlink_groups: [8], nics_free_by_root: {}}}]\n",
      "cluster.yaml: nodes[0].offer.gpus_free: must equal the sum of nvlink_groups (8), got 6"),
