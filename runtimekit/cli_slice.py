@@ -86,7 +86,7 @@ def client_options() -> argparse.ArgumentParser:
     options.add_argument("--state-dir", type=_path, metavar="DIR", help="the agent's state directory (its socket is DIR/runtimekit.sock)")
     options.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format (default table)")
     options.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
-                         help="give up after this long (default 30; making a MIG slice takes seconds)")
+                         help="give up after this long (default 30, at most 86400)")
     return options
 
 
