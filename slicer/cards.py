@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError, MigProfile
 from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.types import NodeSnapshot, is_available
+from runtimekit.state.health import NodeHealth
 from runtimekit.state.refs import GpuRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
 
@@ -178,3 +179,23 @@ def device_info(card: Card, records: Sequence[Record], reserve_mib: int) -> Devi
     return DeviceModeInfo(card.gpu, "tdm", card.pending, card.mig_capable, card.memory_mib, tdm.usable_memory_mib,
                           tdm.compute_free, tdm.memory_free_mib, slices, card.profiles, card.memory_slices_total,
                           card.compute_slices_total)
+
+
+def unschedulable(health: NodeHealth | None) -> dict[str, str]:
+    """Why the health checker allows no new work on a GPU (``GpuHealth.schedulable``: its state,
+    then its current faults), by GPU UUID; empty while there is no verdict (health checking off)."""
+    if health is None:
+        return {}
+    return {gpu.uuid: f"{gpu.state}: {', '.join(f.fault for f in gpu.faults if f.current) or 'no current fault'}"
+            for gpu in health.gpus if not gpu.schedulable}
+
+
+def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str) -> list[Card]:
+    """``cards`` less those the health checker allows no new work on (``unschedulable``);
+    SliceError (failed_precondition, ``device``) naming each card and why when none is left."""
+    left = [card for card in cards if card.gpu.uuid not in blocked]
+    if cards and not left:
+        why = "; ".join(f"GPU {card.index} is {blocked[card.gpu.uuid]}" for card in cards)
+        which = f"GPU {cards[0].index}" if len(cards) == 1 else f"every card in {mode} mode"
+        raise SliceError("failed_precondition", "device", f"{which} takes no new work now, by the health checker ({why})")
+    return left

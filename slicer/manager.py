@@ -38,7 +38,7 @@ from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
 
 from . import cdi
-from .cards import Card, ProfileCache, device_info, mig_card, read_cards, select_card, tdm_card
+from .cards import Card, ProfileCache, device_info, mig_card, read_cards, schedulable, select_card, tdm_card, unschedulable
 from .journal import Journal, Record
 from .mig_planner import plan_mig
 from .owners import Grace, OwnerWatch
@@ -238,6 +238,7 @@ class Slicer:
         SliceError when the card-mode rule, the card's memory or its free capacity refuse it, or a
         profile or placement asked for does not fit (``mig_planner``). The device selector is
         applied here, once: the planners choose among the candidates."""
+        blocked = unschedulable(self._state.view().health)  # no new work where the health checker says so
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
@@ -248,6 +249,7 @@ class Slicer:
             check_fits_card(spec, card.memory_mib)
             _check_mode(card, spec)
             candidates = [card]
+        candidates = schedulable(candidates, blocked, spec.mode)
         slice_id = "s-" + secrets.token_hex(6)
         record = Record(id=slice_id, phase="creating", spec=spec, gpu_uuid="", gpu_index=-1, created_at=self._clock(),
                         compute=spec.compute, memory_mib=spec.memory_mib,
