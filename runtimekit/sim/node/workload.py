@@ -30,6 +30,7 @@ from .state import MiB, NodeCore
 __all__ = ["WorkloadPart"]
 
 _CHURN_PID_BASE = 1_500_000
+_REBOOT_PID_STEP = 17  # a worker slot's pid moves by this (mod 50) per reboot: a new process, a new pid
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -278,7 +279,7 @@ class WorkloadPart(NodeCore):
                 self._churn_rows, self._churn_rows_gen = {}, self._proc_gen
             for i in range(self._churn):
                 life, offset = self._churn_slot(i)
-                pid = _CHURN_PID_BASE + i * 50 + (tick + offset) // life % 50
+                pid = _CHURN_PID_BASE + i * 50 + ((tick + offset) // life + _REBOOT_PID_STEP * self._boots) % 50
                 row = self._churn_rows.get(i)
                 if row is None or row["pid"] != pid:  # the slot restarted: a new process
                     pod = generated[i % len(generated)] if generated else None
@@ -312,9 +313,9 @@ class WorkloadPart(NodeCore):
         self._proc_gen += 1
 
     def _end_processes(self) -> None:
-        """Every process ends (a reboot): added ones and background churn (lock held)."""
+        """Every process ends (a reboot; lock held): added ones for good; the background workers
+        start again with new pids (their pods restart them, as the load profile's job starts again)."""
         self._manual.clear()
         self._in_instance.clear()
-        self._churn = 0
         self._churn_rows, self._churn_rows_gen = {}, -1
         self._proc_gen += 1
