@@ -2,8 +2,9 @@
 
 ``NodeReader.sample()`` is one sampling cycle: blocking, for an executor thread. Identity is read
 once per device at discovery; limits (max clocks, thresholds, link maxima) on a slow cadence;
-everything else every cycle. A GPU that answers NVML_ERROR_GPU_IS_LOST is reported lost and
-the others are read as usual.
+everything else every cycle. A re-read of identity or limits keeps the last good value of each
+field that failed to read (and reads it again next cycle), so a failing GPU keeps them. A GPU
+that answers NVML_ERROR_GPU_IS_LOST is reported lost and the others are read as usual.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
 
@@ -46,6 +47,8 @@ from runtimekit.gpu.types import (
 )
 
 log = logging.getLogger(__name__)
+
+_Record = TypeVar("_Record", GpuIdentity, GpuLimits)
 
 
 ARCHITECTURES = {
@@ -93,7 +96,7 @@ class Device:
     handle: Any
     identity: GpuIdentity
     limits: GpuLimits
-    limits_read_at: float
+    limits_read_at: float  # Unix seconds of the last complete limits read (-inf: none yet)
     lost: bool = False
     processes: dict[tuple[Any, ...], GpuProcess] = field(default_factory=dict)  # read_processes' ``known``
     link_errors: LinkErrorCounts | None = None  # read_nvlinks' ``last``
@@ -159,16 +162,26 @@ class NodeReader:
             handle = self.session.call("nvmlDeviceGetHandleByIndex", index)
             if not is_available(handle):
                 return handle
-            device = Device(index, handle, self._read_identity(handle), self._read_limits(handle), now)
+            limits = self._read_limits(handle)
+            device = Device(index, handle, self._read_identity(handle), limits, _read_at(limits, now))
             self._devices[index] = device
             log.info("GPU %d discovered: %s %s", index, device.identity.name, device.identity.uuid)
         else:
             if not _complete(device.identity):
-                device.identity = self._read_identity(device.handle)
-            if not _complete(device.limits) or now - device.limits_read_at >= self.limits_refresh_seconds:
-                device.limits = self._read_limits(device.handle)
-                device.limits_read_at = now
+                device.identity = _keep_good(device.identity, self._read_identity(device.handle))
+            if now - device.limits_read_at >= self.limits_refresh_seconds:
+                self._refresh_limits(device, now)
         return device
+
+    def _refresh_limits(self, device: Device, now: float) -> None:
+        """Read the limits again, keeping the last good value of each field that failed this time.
+
+        ``limits_read_at`` moves only on a complete read, so a failed field is read again next
+        cycle (``now``: Unix seconds of this cycle); GPU lost raises before anything is replaced.
+        """
+        fresh = self._read_limits(device.handle)
+        device.limits = _keep_good(device.limits, fresh)
+        device.limits_read_at = _read_at(fresh, now, device.limits_read_at)
 
     def _read_identity(self, handle: Any) -> GpuIdentity:
         call = self.session.call
@@ -345,6 +358,25 @@ def _complete(record: GpuIdentity | GpuLimits) -> bool:
         isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
         for value in (getattr(record, name) for name in record.__slots__)
     )
+
+
+def _failed(value: object) -> bool:
+    """True for a reading that failed with a real error (not a fact such as 'not supported')."""
+    return isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
+
+
+def _keep_good(known: _Record, fresh: _Record) -> _Record:
+    """``fresh``, except that a field which failed in it keeps its value from ``known`` where that
+    one did not fail: a GPU that starts failing keeps what was read while it answered."""
+    kept = {name: getattr(known, name) for name in known.__slots__
+            if _failed(getattr(fresh, name)) and not _failed(getattr(known, name))}
+    return replace(fresh, **kept) if kept else fresh
+
+
+def _read_at(fresh: GpuLimits, now: float, before: float = float("-inf")) -> float:
+    """When the limits count as read (Unix seconds): ``now`` after a complete read, else ``before``
+    (minus infinity at discovery), so that an incomplete read is retried at the next cycle."""
+    return now if _complete(fresh) else before
 
 
 def _count(value: Reading[int]) -> int:
