@@ -72,6 +72,7 @@ class XidWatcher:
         self._unsupported: set[int] = set()  # GPUs without XID events at the last build
         self._built_count = 0  # nvmlDeviceGetCount at the last build
         self._built_at: float | None = None  # monotonic seconds of the last build (None: not yet)
+        self._left_out: set[int] = set()  # GPUs whose registration failed at the last try (logged once)
 
     @property
     def registered(self) -> dict[int, tuple[int, str]]:
@@ -165,6 +166,7 @@ class XidWatcher:
             return
         self._built_count = count
         self._unsupported = set()
+        self._left_out &= set(range(count))
         for index in range(count):
             if index in self._waiters:
                 continue
@@ -173,23 +175,39 @@ class XidWatcher:
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
                 if not pynvml.nvmlDeviceGetSupportedEventTypes(handle) & pynvml.nvmlEventTypeXidCriticalError:
                     self._unsupported.add(index)
+                    self._left_out.discard(index)
                     continue
                 event_set = pynvml.nvmlEventSetCreate()
             except pynvml.NVMLError as error:
-                log.info("GPU %d left out of XID events: %s", index, error_name(error))
+                self._leave_out(index, error)
                 continue  # lost or erring: tried again at the next rebuild
             try:
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
             except pynvml.NVMLError as error:
-                log.info("GPU %d left out of XID events: %s", index, error_name(error))
+                self._leave_out(index, error)
                 self._free(event_set)
                 continue
+            self._back_in(index)
             gpu = (index, uuid.decode() if isinstance(uuid, bytes) else uuid)
             done = threading.Event()
             waiter = _Waiter(threading.Thread(target=self._wait_gpu, args=(gpu, event_set, done),
                                               name=f"runtimekit-xid-events-{index}", daemon=True), done, gpu)
             self._waiters[index] = waiter
             waiter.thread.start()
+
+    def _leave_out(self, index: int, error: pynvml.NVMLError) -> None:
+        """Note that GPU ``index`` could not be registered (NVML ``error``); logged when it is left
+        out, not again on each retry at the rebuild cadence (docs/health.md: transitions are logged
+        once)."""
+        if index not in self._left_out:
+            self._left_out.add(index)
+            log.info("GPU %d left out of XID events: %s", index, error_name(error))
+
+    def _back_in(self, index: int) -> None:
+        """Note that GPU ``index`` was registered; logged once if it had been left out."""
+        if index in self._left_out:
+            self._left_out.discard(index)
+            log.info("GPU %d back in XID events", index)
 
     def _wait_gpu(self, gpu: tuple[int, str], event_set: Any, done: threading.Event) -> None:
         """One GPU's thread: wait on its own set until stopped or until the wait fails (GPU lost)."""
