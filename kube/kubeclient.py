@@ -14,13 +14,15 @@ this module never loads it. Source: kubernetes-client/python ``config.load_kube_
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtimekit.schema import setting
 
-__all__ = ["ClusterAccessError", "KubernetesConfig", "REQUEST_TIMEOUT_SECONDS", "api_client"]
+__all__ = ["MESSAGE_CHARS", "ClusterAccessError", "KubernetesConfig", "REQUEST_TIMEOUT_SECONDS", "api_client",
+           "error_line", "one_line", "status_message"]
 
 REQUEST_TIMEOUT_SECONDS = (10.0, 30.0)
 """The usual (connect, read) deadline of a service's Kubernetes calls, in seconds: urllib3's pair,
@@ -41,8 +43,29 @@ class ClusterAccessError(Exception):
     """The Kubernetes client cannot be set up; the message names the key and the rule."""
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+MESSAGE_CHARS = 500  # the most of a client's or server's error text a service's one-line message keeps
+
+
+def one_line(text: object, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line (each run of white space one space), cut to ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
+def error_line(error: BaseException) -> str:
+    """An exception's text on one line (``one_line``), or its type's name when it has none."""
+    return one_line(error) or type(error).__name__
+
+
+def status_message(body: object) -> str:
+    """The ``message`` of the Status an API server answers a refused call with (the client's
+    ``ApiException.body``); the body itself when it is no Status; "" when there is none."""
+    if not isinstance(body, (str, bytes)):
+        return ""
+    try:
+        return str(json.loads(body)["message"])
+    except (ValueError, KeyError, TypeError):  # not JSON, or not a Status object
+        return body.decode(errors="replace") if isinstance(body, bytes) else body
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -66,7 +89,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
         except config.ConfigException as error:
             raise ClusterAccessError(
                 "kubernetes.kubeconfig: not set, and the service does not run in a Kubernetes pod "
-                f"({_one_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
+                f"({error_line(error)}); set kubernetes.kubeconfig to a kubeconfig file") from error
     else:
         if not Path(kubeconfig).is_file():
             what = "a directory, not a file" if Path(kubeconfig).is_dir() else "no such file"
@@ -75,6 +98,6 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
         except Exception as error:  # ConfigException, a YAML error, TypeError for a file that is no mapping
             where = f" (kubernetes.context {context!r})" if context else ""
-            why = "it is no YAML mapping of clusters, users and contexts" if isinstance(error, TypeError) else _one_line(error)
+            why = "it is no YAML mapping of clusters, users and contexts" if isinstance(error, TypeError) else error_line(error)
             raise ClusterAccessError(f"kubernetes.kubeconfig: {kubeconfig}{where} is not a usable kubeconfig: {why}") from error
     return client.ApiClient(configuration)

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, slice_pb2
+from runtimekit.kube.kubeclient import error_line, one_line, status_message
 from runtimekit.waiting import within
 
 from .config import DraConfig
@@ -240,9 +241,5 @@ def _describe(error: BaseException) -> str:
     """One line for a failure: an API error's status and message, else the error's text."""
     status, body = getattr(error, "status", None), getattr(error, "body", None)
     if status is not None:
-        try:
-            message = json.loads(body or "{}").get("message", "")
-        except (ValueError, AttributeError):
-            message = str(body or "")
-        return f"the API server answered {status}: {' '.join(str(message).split())[:500]}"
-    return " ".join(str(error).split()) or type(error).__name__
+        return f"the API server answered {status}: {one_line(status_message(body))}"
+    return error_line(error)

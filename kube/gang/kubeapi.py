@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..kubeclient import REQUEST_TIMEOUT_SECONDS
+from ..kubeclient import REQUEST_TIMEOUT_SECONDS, error_line, one_line, status_message
 from .gangs import GATE, PLACED_ANNOTATION, ClaimRef, GangPod, pinned_terms
 
 __all__ = ["ApiError", "ClusterApi", "Informer"]
@@ -63,12 +63,8 @@ class _Expired(Exception):
 def _api_error(error: BaseException) -> ApiError:
     status, body = getattr(error, "status", None), getattr(error, "body", None)
     if status is None:
-        return ApiError(0, " ".join(str(error).split())[:500] or type(error).__name__)
-    try:
-        message = json.loads(body or "{}").get("message", "")
-    except (ValueError, AttributeError):
-        message = str(body or "")
-    return ApiError(int(status), " ".join(str(message).split())[:500])
+        return ApiError(0, error_line(error))
+    return ApiError(int(status), one_line(status_message(body)))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -29,19 +29,17 @@ set-up mistake is found before the service starts and is reported as ClusterAcce
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from ..kubeclient import REQUEST_TIMEOUT_SECONDS, ClusterAccessError, api_client
+from ..kubeclient import REQUEST_TIMEOUT_SECONDS, ClusterAccessError, api_client, one_line, status_message
 from .names import checked
 
 __all__ = ["ApiError", "ClusterAccessError", "KubernetesNodeApi", "NodeApi", "NodeChanged", "NodeView", "PodRef"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
-MESSAGE_CHARS = 500  # the most of the client's own error text an ApiError message keeps
 
 
 class PodRef(NamedTuple):
@@ -78,22 +76,6 @@ class ApiError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _one_line(text: object) -> str:
-    """``text`` on one line, at most MESSAGE_CHARS characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= MESSAGE_CHARS else flat[:MESSAGE_CHARS - 3] + "..."
-
-
-def _refusal(body: object) -> str:
-    """The ``message`` of the Status an API server answers with, or the body itself ("" for none)."""
-    if not isinstance(body, (str, bytes)):
-        return ""
-    try:
-        return str(json.loads(body)["message"])
-    except (ValueError, KeyError, TypeError):  # not JSON, or not a Status object
-        return body.decode(errors="replace") if isinstance(body, bytes) else body
 
 
 class NodeApi(Protocol):
@@ -136,11 +118,11 @@ class KubernetesNodeApi:
         try:
             return await asyncio.to_thread(method, *args, _request_timeout=self._timeout, **kwargs)
         except ApiException as error:
-            raise ApiError(_one_line(f"Kubernetes API {name}: the API server answered {error.status} {error.reason}: "
-                                     f"{_refusal(error.body)}"), error.status) from error
+            raise ApiError(one_line(f"Kubernetes API {name}: the API server answered {error.status} {error.reason}: "
+                                     f"{status_message(error.body)}"), error.status) from error
         except (HTTPError, OSError) as error:  # urllib3: refused, reset, timed out (after its own retries)
             cause = getattr(error, "reason", None) or error  # MaxRetryError: the last try's error
-            raise ApiError(_one_line(f"Kubernetes API {name}: the API server was not reached: {cause}")) from error
+            raise ApiError(one_line(f"Kubernetes API {name}: the API server was not reached: {cause}")) from error
 
     async def get_node(self, name: str) -> NodeView:
         node = await self._call(self._api.read_node, checked(name))
