@@ -33,7 +33,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Generic, TypeVar
 
 import grpc
@@ -303,8 +303,16 @@ def check_server_socket(path: str, key: str) -> None:
     problem = server_socket_problem(path)
     if problem is not None:
         raise ValueError(f"{key} {path}: {problem}")
-    if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+    if _not_a_socket(path):
         raise ValueError(f"{key} {path}: exists and is not a socket, and is never removed (move it away or name another path)")
+
+
+def _not_a_socket(path: str) -> bool:
+    """Does something other than a socket (a file, a folder, a link) lie at ``path``?"""
+    try:
+        return not stat.S_ISSOCK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 @contextmanager
@@ -329,10 +337,7 @@ def remove_stale_socket(path: str, *, create_dir: bool = True) -> None:
     when ``create_dir``); FileExistsError if ``path`` is something other than a socket."""
     if create_dir:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
+    if _not_a_socket(path):
         raise FileExistsError(f"{path} exists and is not a socket; not removing it")
-    os.unlink(path)
+    with suppress(FileNotFoundError):
+        os.unlink(path)

@@ -354,10 +354,7 @@ def _complete(record: GpuIdentity | GpuLimits) -> bool:
     """False when a discovery read failed with a real error: it is then read again next cycle."""
     if isinstance(record, GpuIdentity) and not is_available(record.uuid):
         return False
-    return not any(
-        isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
-        for value in (getattr(record, name) for name in record.__slots__)
-    )
+    return not any(_failed(getattr(record, name)) for name in record.__slots__)
 
 
 def _failed(value: object) -> bool:
