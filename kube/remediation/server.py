@@ -62,12 +62,32 @@ RETRY_AFTER_SECONDS = 10  # what a 503 asks Alertmanager to wait (it retries wit
 ACTIONS_LIMIT = 1000  # the newest actions GET /api/v1/actions answers with (it says how many it left out)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """A path that is not served (404) or a method a path does not take (405, with ``Allow``)
+    answered as every other error of this JSON API is: ``{"error": ...}``."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _error(404, f"no such path: {request.path[:200]!r}")
+    except web.HTTPMethodNotAllowed as error:
+        allowed = ", ".join(sorted(error.allowed_methods))
+        return _error(405, f"{request.method[:20]} is not allowed on {request.path}; allowed: {allowed}",
+                      headers={"Allow": allowed})
 
 
 async def post_alerts(request: web.Request) -> web.Response:
     config, counters = request.app[CONFIG], request.app[COUNTERS]
+    if request.content_type != "application/json":
+        # What Alertmanager sends. Anything else is refused before the body is read: a browser may
+        # post text/plain across sites without asking first, with credentials it holds for this host.
+        counters["rejected_415"] += 1
+        return _error(415, f"Content-Type: must be application/json (what Alertmanager's webhook sends), "
+                           f"got {request.headers.get('Content-Type', '(none)')[:100]!r}")
     try:  # a declared Content-Length over max_body_bytes was refused by the guard already
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past it
@@ -130,11 +150,12 @@ async def get_metrics(request: web.Request) -> web.Response:
         "# TYPE runtimekit_remediation_alerts_refused_total counter",
         f"runtimekit_remediation_alerts_refused_total {counters['alerts_refused']}",
         "# HELP runtimekit_remediation_requests_rejected_total Requests refused, by HTTP status "
-        "(401: no credentials, 403: client certificate not allowed, 429: rate limit, 500: web configuration "
-        "file unusable, 503: the journal could not be written).",
+        "(400: a body that breaks a rule, 401: no credentials, 403: client certificate not allowed, 413: body "
+        "too large, 415: not application/json, 429: rate limit, 500: web configuration file unusable, 503: the "
+        "journal could not be written).",
         "# TYPE runtimekit_remediation_requests_rejected_total counter",
         *(f'runtimekit_remediation_requests_rejected_total{{code="{c}"}} {counters[f"rejected_{c}"]}'
-          for c in (400, 401, 403, 413, 429, 500, 503)),
+          for c in (400, 401, 403, 413, 415, 429, 500, 503)),
         "# HELP runtimekit_remediation_actions Journaled actions by kind and state (read from the journal).",
         "# TYPE runtimekit_remediation_actions gauge",
         *(f'runtimekit_remediation_actions{{kind="{k}",state="{s}"}} {n}' for (k, s), n in sorted(counts.items())),
@@ -296,7 +317,7 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
         node_api = nodes or KubernetesNodeApi(config.kubernetes.kubeconfig, config.kubernetes.context)
     except ClusterAccessError as error:
         raise ConfigError(str(error)) from error
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard.middleware])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard.middleware, json_errors])
     app[GUARD] = guard
     app[CONFIG] = config
     app[COUNTERS] = counters

@@ -10,6 +10,7 @@ from runtimekit.kube.remediation.config import load
 from runtimekit.kube.remediation.server import JOURNAL, make_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
+JSON = {"Content-Type": "application/json"}
 
 
 async def _client(tmp_path, url, **extra):
@@ -23,16 +24,37 @@ async def test_rejections_leave_journal_unchanged(fakes, tmp_path):
     client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
     try:
         cases = [
-            ({}, json.dumps(alert_body()), 401),
-            ({"Authorization": "Bearer wrong"}, json.dumps(alert_body()), 401),
-            (AUTH, "{not json", 400),
-            (AUTH, json.dumps({"version": "4"}), 400),
-            (AUTH, "x" * (2 << 20), 413),
+            (JSON, json.dumps(alert_body()), 401),
+            ({"Authorization": "Bearer wrong", **JSON}, json.dumps(alert_body()), 401),
+            ({**AUTH, **JSON}, "{not json", 400),
+            ({**AUTH, **JSON}, json.dumps({"version": "4"}), 400),
+            ({**AUTH, **JSON}, "x" * (2 << 20), 413),
+            # a valid alert that is not said to be JSON: a browser's cross-site text/plain form post
+            ({**AUTH, "Content-Type": "text/plain"}, json.dumps(alert_body()), 415),
+            (AUTH, json.dumps(alert_body()).encode(), 415),  # no Content-Type at all
         ]
         for headers, body, status in cases:
             resp = await client.post("/api/v1/alerts", data=body, headers=headers)
             assert resp.status == status
+            assert "error" in await resp.json()
         assert app[JOURNAL].snapshot() == (0, 0)
+        metrics = await (await client.get("/metrics", headers=AUTH)).text()
+        assert 'runtimekit_remediation_requests_rejected_total{code="415"} 2' in metrics
+    finally:
+        await client.close()
+
+
+async def test_unknown_paths_and_methods_are_json_errors(fakes, tmp_path):
+    client, app = await _client(tmp_path, fakes[2], action_delay_seconds=3600)
+    try:
+        resp = await client.get("/api/v1/nope", headers=AUTH)
+        assert resp.status == 404 and resp.content_type == "application/json"
+        assert "no such path" in (await resp.json())["error"]
+        resp = await client.get("/api/v1/alerts", headers=AUTH)
+        assert resp.status == 405 and resp.content_type == "application/json"
+        assert resp.headers["Allow"] == "POST" and "allowed: POST" in (await resp.json())["error"]
+        resp = await client.delete("/api/v1/actions", headers=AUTH)
+        assert resp.status == 405 and "GET" in resp.headers["Allow"]
     finally:
         await client.close()
 
@@ -79,7 +101,8 @@ def test_fuzz_never_journals_on_4xx(tmp_path_factory, body, auth):
         client = TestClient(TestServer(app))
         await client.start_server()
         try:
-            resp = await client.post("/api/v1/alerts", data=body, headers={"Authorization": auth} if auth else {})
+            resp = await client.post("/api/v1/alerts", data=body,
+                                     headers={**JSON, **({"Authorization": auth} if auth else {})})
             assert 400 <= resp.status < 500 or resp.status == 200
             if resp.status != 200:
                 assert app[JOURNAL].snapshot() == (0, 0)

@@ -49,8 +49,9 @@ async def receiver(tmp_path: Path, kubeconfig: Path, web_config: Path, **keys: A
 async def call(listener: Listener, path: str, context: ssl.SSLContext, headers: dict[str, str] | None = None,
                body: bytes | None = None) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session:
+        sent = {**({"Content-Type": "application/json"} if body is not None else {}), **(headers or {})}
         async with session.request("POST" if body is not None else "GET", listener.address + path, ssl=context,
-                                   headers=headers or {}, data=body) as response:
+                                   headers=sent, data=body) as response:
             return response.status, await response.text()
 
 
