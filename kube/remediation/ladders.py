@@ -38,7 +38,8 @@ DEFAULT_LADDERS: dict[str, list[str]] = {
     # A GPU fell off the bus (XID 79), NVML is down, GPUs are missing: the node is out of service
     # until a reboot, so it is taken out now and a spare requested; it is repaired offline.
     REBOOT_NODE: [CORDON, TAINT, REPLACE],
-    # The GPU cannot be repaired in the field (row remap failure, uncorrectable ECC): replace.
+    # The GPU cannot be repaired in the field (row remap failure, retired pages past the limit): replace.
+    # Uncorrectable ECC is drain_and_reset_gpu (healthcheck/policy.yaml): the row is remapped at the reset.
     REPLACE_NODE: [CORDON, TAINT, REPLACE],
 }
 
