@@ -12,8 +12,9 @@ Client side (the agent's kubelet pod-resources and CRI clients, ``runtimekit.att
 Server side (the simulator's fake kubelet and CRI runtime, ``runtimekit.sim``):
 
 - ``UnixGrpcServer``: a ``grpc.aio`` server on one socket that starts (creating the directory,
-  removing a stale socket file, never anything else), stops (removing the socket, as a kubelet
-  that exits does) and starts again; ``remove_stale_socket`` on its own.
+  removing a stale socket file — one nothing answers on — never anything else), stops (removing
+  its own socket, as a kubelet that exits does, never one another server put there since) and
+  starts again; ``remove_stale_socket`` on its own.
 - ``private_socket``: every socket a server here creates is mode 0600 from the moment anyone can
   reach it, whatever the process umask: gRPC binds it inside a fresh directory of mode 0700
   (``tempfile.mkdtemp``) next to the final path, where only our user can reach it; it is chmod-ed
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -41,6 +43,7 @@ import grpc.aio
 
 __all__ = [
     "MAX_SOCKET_PATH",
+    "SocketInUse",
     "UNAVAILABLE_CODES",
     "UnixGrpcServer",
     "UnixRpcClient",
@@ -48,6 +51,7 @@ __all__ = [
     "UnixRpcUnavailable",
     "check_server_socket",
     "private_socket",
+    "remove_own_socket",
     "remove_stale_socket",
     "server_socket_problem",
     "socket_path_of",
@@ -230,6 +234,7 @@ class UnixGrpcServer:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = os.path.abspath(socket_path)
         self._server: grpc.aio.Server | None = None
+        self._published: _Identity | None = None  # the socket this server put at socket_path
 
     @property
     def running(self) -> bool:
@@ -254,7 +259,7 @@ class UnixGrpcServer:
             with private_socket(self.socket_path) as bound:
                 server.add_insecure_port(f"unix:{bound}")
                 await server.start()
-                publish_socket(bound, self.socket_path)
+                self._published = publish_socket(bound, self.socket_path)
         except BaseException:
             await server.stop(None)
             raise
@@ -265,7 +270,8 @@ class UnixGrpcServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
-        remove_stale_socket(self.socket_path, create_dir=False)
+        remove_own_socket(self.socket_path, self._published)
+        self._published = None
 
     async def __aenter__(self):
         await self.start()
@@ -305,6 +311,30 @@ def check_server_socket(path: str, key: str) -> None:
         raise ValueError(f"{key} {path}: {problem}")
     if _not_a_socket(path):
         raise ValueError(f"{key} {path}: exists and is not a socket, and is never removed (move it away or name another path)")
+    if socket_answers(path):
+        raise ValueError(f"{key} {path}: a server already answers on this socket (another agent?); stop it or "
+                         "name another path")
+
+
+class SocketInUse(FileExistsError):
+    """A server answers on the socket path: it is another's, and is never removed."""
+
+
+def socket_answers(path: str, timeout_seconds: float = 1.0) -> bool:
+    """Does a server accept connections on the unix socket at ``path``? A socket file left by a
+    server that exited refuses them (ECONNREFUSED); a live server whose backlog is full makes the
+    connect wait, which counts as answering."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout_seconds)
+    try:
+        probe.connect(path)
+    except TimeoutError:
+        return True
+    except OSError:  # refused (stale), gone, not a socket, or not ours to reach
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def _not_a_socket(path: str) -> bool:
@@ -326,18 +356,36 @@ def private_socket(path: str) -> Iterator[str]:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def publish_socket(bound: str, path: str) -> None:
-    """Give the socket bound at ``bound`` (``private_socket``) mode 0600 and move it to ``path``."""
+_Identity = tuple[int, int]  # (st_dev, st_ino) of a socket file
+
+
+def publish_socket(bound: str, path: str) -> _Identity:
+    """Give the socket bound at ``bound`` (``private_socket``) mode 0600 and move it to ``path``;
+    returns its identity there, for ``remove_own_socket``."""
     os.chmod(bound, SOCKET_MODE)
     os.rename(bound, path)
+    published = os.lstat(path)
+    return published.st_dev, published.st_ino
 
 
 def remove_stale_socket(path: str, *, create_dir: bool = True) -> None:
-    """Remove a socket file left at ``path`` by a previous server (creating its directory first
-    when ``create_dir``); FileExistsError if ``path`` is something other than a socket."""
+    """Remove a socket file left at ``path`` by a server that exited (creating its directory first
+    when ``create_dir``); FileExistsError if ``path`` is something other than a socket,
+    ``SocketInUse`` if a server still answers on it."""
     if create_dir:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     if _not_a_socket(path):
         raise FileExistsError(f"{path} exists and is not a socket; not removing it")
+    if socket_answers(path):
+        raise SocketInUse(f"{path}: a server answers on this socket (another agent?); not removing it")
     with suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def remove_own_socket(path: str, identity: _Identity | None) -> None:
+    """Remove the socket at ``path`` if it is still the one published as ``identity``: a server
+    that stops never removes a socket another server has put there since."""
+    with suppress(FileNotFoundError):
+        now = os.lstat(path)
+        if identity is not None and (now.st_dev, now.st_ino) == identity:
+            os.unlink(path)

@@ -76,6 +76,7 @@ class Supervisor:
         self._clock = clock
         self._status = {spec.name: ComponentStatus(spec.name, required=spec.required) for spec in specs}
         self._tasks: list[asyncio.Task[None]] = []
+        self._start_refused: dict[str, str] = {}  # component -> the OSError its last start failed with
 
     async def start(self) -> None:
         """Start every component, in table order (each start is awaited: the simulator, say, is
@@ -104,8 +105,10 @@ class Supervisor:
                 log.exception("component %s could not be built; retrying in %.1f s", spec.name, delay)
                 self._down(spec.name, error)
             else:
+                running = False
                 try:
                     await component.start()
+                    running = True
                     self._set(spec.name, up=True)
                     if not started.done():
                         started.set_result(None)
@@ -116,7 +119,7 @@ class Supervisor:
                     self._set(spec.name, up=False)
                     raise
                 except Exception as error:  # noqa: BLE001
-                    log.exception("component %s died; restarting in %.1f s", spec.name, delay)
+                    self._log_failure(spec.name, error, running, delay)
                     await self._close(spec.name, component)
                     self._down(spec.name, error)
             if not started.done():
@@ -125,6 +128,20 @@ class Supervisor:
                 delay = self._initial
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max)
+
+    def _log_failure(self, name: str, error: Exception, running: bool, delay: float) -> None:
+        """A component that died, or failed to start for a bug: its traceback. One that could not
+        start for a reason the system gives (an OSError: a port or socket in use, a permission):
+        one line, said again only when the reason changes (the traceback at debug level)."""
+        if running or not isinstance(error, OSError):
+            log.error("component %s %s; restarting in %.1f s", name, "died" if running else "failed to start", delay,
+                      exc_info=error)
+            return
+        reason = str(error) or type(error).__name__
+        level = logging.DEBUG if self._start_refused.get(name) == reason else logging.ERROR
+        self._start_refused[name] = reason
+        log.log(level, "component %s cannot start: %s; trying again with backoff (now %.1f s)", name, reason, delay)
+        log.debug("component %s start failure", name, exc_info=error)
 
     async def _close(self, name: str, component: Component) -> None:
         try:
@@ -142,6 +159,7 @@ class Supervisor:
     def _set(self, name: str, *, up: bool) -> None:
         self._status[name] = replace(self._status[name], up=up)
         if up:
+            self._start_refused.pop(name, None)
             log.info("component %s started", name)
         self._publish()
 

@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api.servicer import AgentServicer
 from runtimekit.config import Config, ConfigError, ListenerConfig
-from runtimekit.grpc_unix import private_socket, publish_socket, remove_stale_socket
+from runtimekit.grpc_unix import private_socket, publish_socket, remove_own_socket, remove_stale_socket
 from runtimekit.state import NodeState
 from runtimekit.state.slices import SliceService
 from runtimekit.state.topology import Allocator
@@ -75,6 +75,7 @@ class ApiServer:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._stopped = asyncio.Event()
+        self._published: tuple[int, int] | None = None  # the socket this server put at socket_path
         self.tcp_port: int | None = None  # the bound TCP port (useful with port 0); None without TCP
 
     async def start(self) -> None:
@@ -100,7 +101,7 @@ class ApiServer:
                 if credentials is not None:
                     self.tcp_port = self._bind_tcp(server, credentials)
                 await server.start()
-                publish_socket(bound, self.socket_path)
+                self._published = publish_socket(bound, self.socket_path)
         except BaseException:
             await server.stop(None)
             self.tcp_port = None
@@ -140,5 +141,6 @@ class ApiServer:
             await server.stop(grace)
         finally:
             self.tcp_port = None
-            remove_stale_socket(self.socket_path, create_dir=False)
+            remove_own_socket(self.socket_path, self._published)
+            self._published = None
             self._stopped.set()

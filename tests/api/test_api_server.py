@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimekit.api import SERVICE_NAME, ApiServer
+from runtimekit.grpc_unix import SocketInUse, socket_answers
 
 
 async def test_the_socket_is_mode_0600_whatever_the_umask(short_dir: Path) -> None:
@@ -74,6 +75,29 @@ async def test_a_stale_socket_is_replaced_and_a_file_is_never_removed(short_dir:
     with pytest.raises(FileExistsError, match="is not a socket"):
         await server.start()
     assert path.read_text() == "not a socket"
+
+
+async def test_a_second_server_never_takes_a_live_socket_and_a_stop_removes_only_its_own(short_dir: Path) -> None:
+    """Two agents named the same api.socket: the second used to unlink the first's socket and serve
+    in its place, and its exit then left the first with no socket at all."""
+    first = ApiServer(make_state(), None, api_config(short_dir))
+    await first.start()
+    second = ApiServer(make_state(), None, api_config(short_dir))
+    try:
+        with pytest.raises(SocketInUse, match="a server answers on this socket"):
+            await second.start()
+        await second.stop()  # a server that never started removes nothing
+        assert socket_answers(first.socket_path)
+        # the first's socket replaced by another's (an operator's restart, say): the first's stop keeps it
+        os.unlink(first.socket_path)
+        other = socket.socket(socket.AF_UNIX)
+        other.bind(first.socket_path)
+        other.listen()
+        await first.stop()
+        assert socket_answers(first.socket_path)
+        other.close()
+    finally:
+        await first.stop()
 
 
 @pytest.mark.parametrize("service", ["", SERVICE_NAME])

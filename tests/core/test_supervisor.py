@@ -1,5 +1,6 @@
 """The supervisor on its own: a component that raises, returns or fails to start is logged with its
-traceback, closed, restarted with backoff, counted, and published to the state."""
+traceback (one line, said once, when the start fails for a reason the system gives: an OSError),
+closed, restarted with backoff, counted, and published to the state."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ class Flaky:
 
     async def start(self) -> None:
         if self.where == "start" and self.number <= self.failures:
-            raise OSError(f"start failure {self.number}")
+            raise RuntimeError(f"start failure {self.number}")
+        if self.where == "refused" and self.number <= self.failures:
+            raise OSError(98, "Address already in use")
 
     async def run(self) -> None:
         if self.where == "run" and self.number <= self.failures:
@@ -122,6 +125,25 @@ async def test_backoff_doubles_to_its_cap(monkeypatch) -> None:
     await wait_for(lambda: kind.builds == 6)
     await supervisor.stop()
     assert delays[:5] == [1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+async def test_a_start_the_system_refuses_is_one_line_said_once(caplog) -> None:
+    """A port or socket in use (OSError at start) is not a bug: one line without a traceback, not
+    repeated at every retry while the reason stays the same; the component is still counted down."""
+    kind = flaky("refused", failures=4)
+    state = NodeState()
+    supervisor = Supervisor(
+        state, [ComponentSpec("api", lambda: kind("refused", 4))], initial_backoff_seconds=0.01, max_backoff_seconds=0.02
+    )
+    with caplog.at_level(logging.ERROR, logger="runtimekit.supervisor"):
+        await supervisor.start()
+        await wait_for(lambda: kind.builds == 5 and state.view().components["api"].up)
+    await supervisor.stop()
+    said = [r for r in caplog.records if "component api" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert "cannot start: [Errno 98] Address already in use" in said[0].getMessage()
+    assert said[0].exc_info is None
+    assert state.view().components["api"].restarts_total == 4
 
 
 def test_component_names_are_unique() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -98,6 +100,23 @@ def test_an_api_socket_path_where_a_file_lies_is_refused_at_start(tmp_path: Path
     assert done.stderr == f"runtimekit: error: api.socket {occupied}: exists and is not a socket, and is never removed " \
                           "(move it away or name another path)\n"
     assert occupied.read_text() == "someone's file\n"
+
+
+def test_an_api_socket_another_server_answers_on_is_refused_at_start(tmp_path: Path) -> None:
+    """A second agent on the same api.socket: refused, and the first's socket stays (it used to be
+    unlinked and served over)."""
+    live = tmp_path / "api.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(live))
+    server.listen()
+    try:
+        done = _serve_with_api_socket(tmp_path, live)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert done.stderr == f"runtimekit: error: api.socket {live}: a server already answers on this socket " \
+                              "(another agent?); stop it or name another path\n"
+        assert stat.S_ISSOCK(live.lstat().st_mode)
+    finally:
+        server.close()
 
 
 def test_an_api_socket_in_a_folder_too_deep_to_bind_in_is_refused_at_start(tmp_path: Path) -> None:
