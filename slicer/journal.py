@@ -10,7 +10,10 @@ before the call returns.
 
 The file is ``<state dir>/slicer.db``. A file that is not this journal (another database, a corrupt
 one, a newer schema) raises ``JournalError`` naming the path and the rule: the slicer refuses to
-start rather than guess. Methods block: call them from the slicer's executor thread.
+start rather than guess; a journal this process may not write (its owner or mode, a read-only
+mount) says so, never "move it aside" (that would lose its slices). A write that fails at run time
+(the disk full, the file gone read-only) raises ``JournalUnwritable``, an OSError: the step it
+records is not taken. Methods block: call them from the slicer's executor thread.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from runtimekit.sqlite_errors import cannot_write
 from runtimekit.state.slices import DeviceSelector, Owner, SliceMode, SliceSpec, SliceState
 
 FILE_NAME = "slicer.db"
@@ -55,6 +61,10 @@ CREATE TABLE IF NOT EXISTS slices (
 
 class JournalError(Exception):
     """The journal cannot be opened or is not a slicer journal; the message names the path and the rule."""
+
+
+class JournalUnwritable(OSError):
+    """A write to the journal failed (the disk full, the file read-only now): nothing was recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +144,7 @@ class Journal:
     def insert(self, record: Record) -> None:
         """Record a new slice (its intent: phase ``creating``, the placement or CDI path it is about to get)."""
         values = [spec_to_json(record.spec) if name == "spec" else getattr(record, name) for name in _COLUMNS]
-        with self._lock:
+        with self._writing():
             self._conn.execute(
                 f"INSERT INTO slices ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values
             )
@@ -147,13 +157,23 @@ class Journal:
         if "phase" in changes and changes["phase"] not in PHASES:
             raise ValueError(f"phase: must be one of {', '.join(PHASES)}, got {changes['phase']!r}")
         assignments = ", ".join(f"{name} = ?" for name in changes)
-        with self._lock:
+        with self._writing():
             self._conn.execute(f"UPDATE slices SET {assignments} WHERE id = ?", [*changes.values(), slice_id])
 
     def remove(self, slice_id: str) -> None:
         """Forget a slice (its device is gone)."""
-        with self._lock:
+        with self._writing():
             self._conn.execute("DELETE FROM slices WHERE id = ?", (slice_id,))
+
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the lock for one write; a sqlite3 failure becomes ``JournalUnwritable``."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as error:
+                raise JournalUnwritable(f"the slicer journal {self.path} cannot be written ({error})") from error
 
 
 def _record(path: Path, row: tuple[Any, ...]) -> Record:
@@ -179,6 +199,9 @@ def _connect(path: Path) -> sqlite3.Connection:
         _prepare(conn, path)
     except sqlite3.Error as error:
         conn.close()
+        if cannot_write(error):  # its slices are still there: never advise moving it aside
+            raise JournalError(f"{path}: cannot write it ({error}): run as the user that owns it, or make it and "
+                               "its folder writable; nothing was changed") from error
         raise JournalError(f"{path}: not a usable slicer journal ({error}); move it aside to start afresh") from error
     except JournalError:
         conn.close()

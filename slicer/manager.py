@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.config import SlicerConfig
@@ -39,7 +39,7 @@ from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, S
 
 from . import cdi
 from .cards import Card, ProfileCache, device_info, mig_card, read_cards, schedulable, select_card, tdm_card, unschedulable
-from .journal import Journal, Record
+from .journal import Journal, JournalUnwritable, Record
 from .mig_planner import plan_mig
 from .owners import Grace, OwnerWatch
 from .reconcile import WAITING_IN_USE, OrphanKey, Outcome, destroy_orphans, remove_stray_specs, settle
@@ -59,6 +59,15 @@ def _nvml_code(error: Exception) -> ErrorCode:
     """The SliceError code of a failed NVML step: by ``MigOpError.kind`` (no room, in use, not
     supported: the caller can act), else unavailable (NVML down, a GPU lost, I/O: retry later)."""
     return _MIG_CODES.get(error.kind, "unavailable") if isinstance(error, MigOpError) else "unavailable"
+
+
+def _note(books: Books, slice_id: str, **changes: Any) -> None:
+    """Journal ``changes`` to a slice on a failure path; a journal that cannot be written then is
+    logged, not raised over the failure being answered (the reconciler reads the row as it is)."""
+    try:
+        books.record(books.records[slice_id], **changes)
+    except JournalUnwritable as error:
+        log.warning("slice %s: %s not recorded: %s", slice_id, ", ".join(sorted(changes)), error)
 
 
 class Slicer:
@@ -231,7 +240,7 @@ class Slicer:
             unmake(books, record, on_step=no_step)
         except (InUse, GpuMissing, MigOpError, OSError, *_NVML_DOWN) as error:
             log.warning("slice %s: rollback left for the reconciler: %s", slice_id, error)
-            books.record(books.records[slice_id], reason=f"rolling back: {error}")
+            _note(books, slice_id, reason=f"rolling back: {error}")
 
     def _plan(self, spec: SliceSpec, cards: dict[int, Card], books: Books) -> Record:
         """The card, and for MIG the profile and placement, of a new slice: its ``creating`` record.
@@ -279,20 +288,23 @@ class Slicer:
             except GpuMissing as error:
                 raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: its MIG instance cannot be "
                                  f"destroyed: {error}") from None
-        marked = books.record(record, phase="deleting", reason=reason)
+        try:
+            marked = books.record(record, phase="deleting", reason=reason)
+        except JournalUnwritable as error:
+            raise SliceError("unavailable", "", f"slice {slice_id}: not deleted, nothing was changed: {error}") from None
         failpoint("slicer.delete.journaled")
         try:
             unmake(books, marked)
         except InUse as error:
             left = books.records[slice_id]
             if left.ci_id == record.ci_id:  # nothing destroyed: the slice is as it was
-                books.record(left, phase=record.phase, reason=record.reason)
+                _note(books, slice_id, phase=record.phase, reason=record.reason)
             else:
-                books.record(left, reason=WAITING_IN_USE)
+                _note(books, slice_id, reason=WAITING_IN_USE)
             raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: a process runs in its MIG instance; "
                              f"stop it first ({error})") from None
         except (MigOpError, OSError, *_NVML_DOWN) as error:
-            books.record(books.records[slice_id], reason=f"retrying: {error}")
+            _note(books, slice_id, reason=f"retrying: {error}")
             raise SliceError("unavailable", "", f"slice {slice_id}: deleting failed ({error}); "
                              "the reconciler finishes it") from None
         finally:

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .journal_file import BUSY_SECONDS, JournalError, cannot_write, check_writable, connect_existing, unwritable_error, write_lock_refused
+from runtimekit.sqlite_errors import cannot_write
+
+from .journal_file import BUSY_SECONDS, JournalError, check_writable, connect_existing, unwritable_error, write_lock_refused
 from .payload import Alert
 
 STATES = ("pending", "done", "failed", "skipped")

@@ -26,12 +26,11 @@ import sqlite3
 from pathlib import Path
 
 from runtimekit.process_lock import LockHeld, hold_lock
+from runtimekit.sqlite_errors import cannot_write, is_locked
 
 BUSY_SECONDS = 2.0  # the longest a statement waits for another writer's lock (sqlite busy timeout)
 TABLES = ("alerts", "actions", "breaker")
 LOCK_SUFFIX = ".lock"  # DB_PATH.lock: the file hold_journal locks
-# sqlite3 primary result codes that say "this process may not write the file", not "not a database"
-_CANNOT_WRITE = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_AUTH)
 
 
 class JournalError(Exception):
@@ -49,16 +48,6 @@ class JournalInUse(JournalLocked):
 
 class JournalUnwritable(JournalError):
     """A journal this process may not write (its owner, its mode, a read-only mount)."""
-
-
-def is_locked(error: sqlite3.Error) -> bool:
-    """Is this sqlite3 error another connection's lock (SQLITE_BUSY / SQLITE_LOCKED)?"""
-    return getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def cannot_write(error: sqlite3.Error) -> bool:
-    """Is this sqlite3 error a refusal to write the file (read-only, no permission)?"""
-    return ((getattr(error, "sqlite_errorcode", None) or 0) & 0xFF) in _CANNOT_WRITE
 
 
 def unwritable_error(path: str | Path, error: sqlite3.Error) -> JournalUnwritable:
