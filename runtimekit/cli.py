@@ -46,7 +46,9 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     inject = sim_commands.add_parser("inject", help="inject (or --clear) a fault into a running agent on the simulator")
     inject.add_argument("--agent", required=True, metavar="URL", help="the agent, e.g. http://127.0.0.1:9445")
     inject.add_argument("--gpu", required=True, type=int, metavar="N", help="GPU index")
-    inject.add_argument("--clear", action="store_true", help="undo the fault (all faults on the GPU without --fault)")
+    inject.add_argument("--clear", action="store_true",
+                        help="undo the fault: every --fault KIND fault on the GPU (all its links), or every fault "
+                             "without --fault; parameter options (--link, --xid, ...) are refused with it")
     add_fault_arguments(inject)
     add_instance_arguments(inject, "the XID is raised in (--fault xid only)")
     inject.set_defaults(handler=_run_inject)
@@ -234,10 +236,14 @@ def _exit_past_stuck_threads(code: int, grace_seconds: float = 0.5) -> None:
 
 def _run_inject(args: argparse.Namespace) -> int:
     from runtimekit.client import inject_remote, request_json
-    from runtimekit.sim.cli_args import fault_params_from_args, instance_ids_from_args
+    from runtimekit.sim.cli_args import clear_refusal, fault_params_from_args, instance_ids_from_args
 
     if not args.clear and not args.fault:
         print("runtimekit: error: --fault is required unless --clear is given", file=sys.stderr)
+        return EXIT_USAGE
+    refused = clear_refusal(args) if args.clear else None
+    if refused:  # --clear clears whole kinds: a parameter it would ignore is refused, not dropped
+        print(f"runtimekit: error: {refused}", file=sys.stderr)
         return EXIT_USAGE
 
     def call() -> dict:

@@ -1,7 +1,7 @@
 """HTTP control API of the simulated node (JSON, loopback peers only).
 
     GET    /sim/v1/faults      -> {"faults": [...], "kinds": {kind: {description, params}}}
-    POST   /sim/v1/faults      {"gpu": 0, "fault": "xid", "params": {"xid": 79}} -> {"fault": {...}}
+    POST   /sim/v1/faults      {"gpu": 0, "fault": "xid", "params"?: {"xid": 79}} -> {"fault": {...}}
     DELETE /sim/v1/faults      {"gpu": 0, "fault": "xid" | null} -> {"cleared": n}
     GET    /sim/v1/processes   -> {"processes": [...]}
     POST   /sim/v1/processes   {"gpu": 0, "used_memory_bytes": N, "name"?: str, "pid"?: int,
@@ -14,13 +14,14 @@
                                -> {"pod": {...}}; or {"count": N} (generated pods) -> {"count": N}
     DELETE /sim/v1/pods        {"namespace", "name"} -> {"deleted": "namespace/name"}
     POST   /sim/v1/sources     {"source": "kubelet" | "cri", "running": bool} -> {"source", "running"}
-    POST   /sim/v1/reboot      (no body) -> {"boot_id": str | null, "cleared": n}: simulate a node
+    POST   /sim/v1/reboot      (no body, or {}) -> {"boot_id": str | null, "cleared": n}: simulate a node
                                reboot (faults cleared, driver counters restarted, processes gone,
                                a new boot id; boot_id is null without a simulated host)
     POST   /sim/v1/reset       {"gpu": 0} -> {"gpu": 0, "cleared": n, "mig": {"current", "pending"} | null}:
                                a GPU reset (nvidia-smi -r): the pending MIG mode takes effect, MIG
                                instances and the GPU's faults are gone; refused (400) while any
-                               process runs on the GPU, as the driver refuses it
+                               process runs on the GPU, as the driver refuses it, and on a GPU off
+                               the bus (gpu-lost, XID 79: only a reboot brings it back)
     POST   /sim/v1/mig/xid     {"gpu": 0, "xid": 43, "gpu_instance": 1, "compute_instance"?: 0}
                                -> {"delivered": n}: an XID raised in a MIG instance (its event
                                carries the instance ids; n = event sets that got it)
@@ -31,16 +32,23 @@
                                (/proc/<agent pid>/task/<thread_id>), null when it shares the
                                caller's; 404 without a simulated host
 
-A peer outside 127.0.0.0/8 and ::1 gets 403. Bad input gets 400 with {"error": "<field>: <rule>"}
-and changes nothing. Handlers only touch in-memory node state (no NVML, no I/O), so they run on
-the event loop; what touches the simulated host (its servers, /proc, the boot id: ``sources``,
-``reboot``) runs on the host's own thread when it has one, awaited here.
+A peer outside 127.0.0.0/8 and ::1 gets 403. A POST or DELETE must say ``Content-Type:
+application/json`` (with or without a body), or it gets 415 naming the header: a web page open in
+a browser on the node can send a "simple" cross-site request (text/plain, a form, or no body at
+all: ``fetch(url, {method: "POST", mode: "no-cors"})``) without a CORS preflight, but not one
+declared JSON, so no page can inject faults or reboot the simulated node. Bad input gets 400
+with {"error": "<field>: <rule>"} and changes nothing: an unknown top-level key too (a misspelt
+``"fault"`` would otherwise clear every fault), and ``params`` that is not an object.
+
+Handlers only touch in-memory node state (no NVML, no I/O), so they run on the event loop; what
+touches the simulated host (its servers, /proc, the boot id: ``sources``, ``reboot``) runs on the
+host's own thread when it has one, awaited here.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict
 from typing import Any, Literal, overload
 
@@ -55,6 +63,10 @@ from .node import SimulatedNode
 __all__ = ["add_control_routes", "fault_kinds_json", "is_loopback"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The fields of POST /sim/v1/processes (the other form is {"count": N} alone).
+_PROCESS_FIELDS = ("gpu", "used_memory_bytes", "name", "pid", "namespace", "pod", "container", "gpu_instance",
+                   "compute_instance")
 
 
 def is_loopback(remote: str | None) -> bool:
@@ -73,10 +85,29 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+_JSON = "application/json"
+_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})  # methods a cross-site page could send
+
+
+def _content_type_error(request: web.Request) -> str | None:
+    """Why ``request`` may not change anything (None: it may): a request that changes state must be
+    declared JSON, which no web page can send cross-site without a CORS preflight the control
+    API never answers (Fetch standard, "CORS-safelisted request-header": only form and text/plain
+    bodies, or none, go without one)."""
+    if request.method not in _CHANGING or request.content_type == _JSON:
+        return None
+    given = request.headers.get("Content-Type")
+    return (f"Content-Type: got {given!r}; must be {_JSON} on every {request.method} of the control API, "
+            "with a body or without (a web page cannot send that cross-site without a CORS preflight)")
+
+
 def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         if not is_loopback(request.remote):
             return _error(403, f"simulator control is only served to loopback peers, not {request.remote}")
+        refused = _content_type_error(request)
+        if refused is not None:
+            return _error(415, refused)
         try:
             return web.json_response(await fn(request))
         except FaultError as exc:
@@ -87,7 +118,8 @@ def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
     return handler
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def _body(request: web.Request, fields: Collection[str]) -> dict[str, Any]:
+    """The request's JSON object ({} for no body), with no key outside ``fields`` (``_only``)."""
     raw = await request.read()
     if not raw:
         return {}
@@ -97,6 +129,16 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise FaultError(str(exc)) from None
     if not isinstance(body, dict):
         raise FaultError("body: must be a JSON object")
+    return _only(body, fields)
+
+
+def _only(body: dict[str, Any], fields: Collection[str]) -> dict[str, Any]:
+    """``body``, after refusing the first key (in sorted order) that is not one of ``fields``: a
+    key the route does not read would otherwise be dropped unseen (a misspelt ``fault`` clears
+    every fault, a misspelt ``params`` injects the defaults)."""
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise FaultError(f"{unknown[0]}: unknown field (fields: {', '.join(sorted(fields)) or 'none'})")
     return body
 
 
@@ -141,18 +183,20 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"faults": node.active_faults(), "kinds": fault_kinds_json()}
 
     async def post_fault(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("gpu", "fault", "params"))
         gpu = _int(body, "gpu")
         kind = body.get("fault")
         if not isinstance(kind, str):
             raise FaultError(f"fault: required, must be one of {', '.join(sorted(FAULT_KINDS))}")
-        params = body.get("params") or {}
-        if not isinstance(params, dict):
+        params = body.get("params", {})
+        if not isinstance(params, dict):  # [], 0, false, null: not "no parameters"
             raise FaultError("params: must be an object")
+        # gpu and kind are positional-only: a parameter named "gpu", "kind" or "self" is refused
+        # by validate_params as any parameter the kind does not have.
         return {"fault": node.inject(gpu, kind, **params)}
 
     async def delete_fault(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("gpu", "fault"))
         gpu = _int(body, "gpu")
         kind = body.get("fault")
         if kind is not None and not isinstance(kind, str):
@@ -163,9 +207,9 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"processes": node.processes()}
 
     async def post_process(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, (*_PROCESS_FIELDS, "count"))
         if "count" in body:
-            count = _int(body, "count")
+            count = _int(_only(body, ("count",)), "count")
             node.set_process_count(count)
             return {"count": count}
         gpu = _int(body, "gpu")
@@ -177,7 +221,7 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"pid": node.add_process(gpu, size, name=name, pid=pid, **owner, **instance)}
 
     async def delete_process(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("pid",))
         pid = _int(body, "pid")
         node.remove_process(pid)
         return {"removed": pid}
@@ -186,9 +230,9 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"pods": [asdict(pod) for pod in node.pods()]}
 
     async def post_pod(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("namespace", "name", "qos", "containers", "count"))
         if "count" in body:
-            count = _int(body, "count")
+            count = _int(_only(body, ("count",)), "count")
             node.set_pod_count(count)
             return {"count": count}
         pod = node.add_pod(_str(body, "namespace"), _str(body, "name"), body.get("containers"),
@@ -196,13 +240,13 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"pod": asdict(pod)}
 
     async def delete_pod(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("namespace", "name"))
         namespace, name = _str(body, "namespace"), _str(body, "name")
         node.delete_pod(namespace, name)
         return {"deleted": f"{namespace}/{name}"}
 
     async def post_source(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("source", "running"))
         source, running = body.get("source"), body.get("running")
         if source not in ("kubelet", "cri"):
             raise FaultError(f"source: must be kubelet or cri (got {source!r})")
@@ -214,15 +258,16 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"source": source, "running": running}
 
     async def post_reboot(request: web.Request) -> Any:
-        await _body(request)  # a body, if any, must still be a JSON object
+        await _body(request, ())  # a body, if any, must still be a JSON object, and empty
         if host is not None:
             return await host.call(host.reboot)
         return {"boot_id": None, "cleared": node.reboot()}
 
     async def post_reset(request: web.Request) -> Any:
-        gpu = _int(await _body(request), "gpu")
+        gpu = _int(await _body(request, ("gpu",)), "gpu")
         if not 0 <= gpu < node.gpu_count:
             raise FaultError(f"gpu: got {gpu}; must be an integer in 0..{node.gpu_count - 1}")
+        node.check_resettable(gpu)  # off the bus: only a reboot helps, whatever runs there
         busy = node.processes_on(gpu)
         if busy:
             listed = ", ".join(f"{p['pid']} ({p['name']})" for p in busy)
@@ -236,7 +281,7 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         return {"gpu": gpu, "cleared": cleared, "mig": mig}
 
     async def post_instance_xid(request: web.Request) -> Any:
-        body = await _body(request)
+        body = await _body(request, ("gpu", "xid", "gpu_instance", "compute_instance"))
         gpu, xid, gpu_instance = _int(body, "gpu"), _int(body, "xid"), _int(body, "gpu_instance")
         compute_instance = _int(body, "compute_instance", required=False)
         return {"delivered": node.inject_instance_xid(gpu, xid, gpu_instance, compute_instance)}

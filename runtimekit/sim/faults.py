@@ -137,7 +137,8 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
         for s in (
             FaultSpec(
                 "xid",
-                "deliver an XID to registered event sets (79 = fallen off the bus: the GPU is also lost)",
+                "deliver an XID to registered event sets (79 = fallen off the bus: the GPU is also lost, until a "
+                "reboot; refused on a GPU off the bus, which raises nothing)",
                 (_param("xid", int, REQUIRED, "XID code (required)", between(1, 999)),),
             ),
             FaultSpec(
@@ -150,18 +151,21 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "ecc-contained",
                 "contained uncorrectable DRAM ECC error (A100/H100): uncorrected volatile and aggregate ECC "
                 "counters grow by count, uncorrectable remapped rows grow by count and a remap goes pending "
-                "(reset to apply); DBE event, XID 94 (contained: only the faulting app dies), then XID 63",
+                "(reset to apply); DBE event, XID 94 (contained: only the faulting app dies), then XID 63. "
+                "Past 512 remapped rows (8 per bank) a row cannot be remapped: failure 1 and XID 64",
                 (_param("count", int, 1, "uncorrectable errors (one faulty row each)", between(1, 512)),),
                 xid=94,
             ),
-            FaultSpec("row-remap-pending", "an uncorrectable row remap is pending (reset needed); XID 63", xid=63),
-            FaultSpec("row-remap-failure", "row remapping failed; XID 64", xid=64),
+            FaultSpec("row-remap-pending", "an uncorrectable row remap is pending (reset needed); XID 63 "
+                      "(A100/H100 and later)", xid=63),
+            FaultSpec("row-remap-failure", "row remapping failed; XID 64 (A100/H100 and later; kept in the "
+                      "InfoROM by a reset or reboot)", xid=64),
             FaultSpec("gpu-lost", "every call on the device returns NVML_ERROR_GPU_IS_LOST"),
             FaultSpec("nvlink-down", "the NVLink goes inactive and its throughput stops", (_LINK,)),
             FaultSpec(
                 "nvlink-crc",
-                "NVLink CRC flit and data error counters grow at rate per second; the replay counter grows "
-                "with them (each CRC-errored flit is replayed)",
+                "NVLink CRC errors at rate per second, each a flit or a data CRC error (DL_CRC_FLIT + "
+                "DL_CRC_DATA grow by rate, half each); each is replayed, so DL_REPLAY grows by rate too",
                 (_param("rate", float, 1000.0, "errors per second", between(0, 1e9)), _LINK),
             ),
             FaultSpec(

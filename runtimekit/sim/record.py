@@ -191,15 +191,13 @@ def _idle_facts(model: dict[str, Any], key: str, gpus: list[GpuSnapshot], notes:
         if not (is_available(draw) and is_available(sm) and is_available(memory) and is_available(graphics)):
             continue
         model["power_idle_w"] = min(limit_w - 1, max(1, int(round(draw))))
-        model["clocks_idle_mhz"] = Flow(
-            sm=int(round(sm / 1e6)),
-            memory=int(round(memory / 1e6)),
-            graphics=int(round(graphics / 1e6)),
-        )
+        idle = {"sm": sm, "memory": memory, "graphics": graphics}
+        # at most the max clock (a scenario refuses an idle clock above it; 0 max: NVML gave none)
+        model["clocks_idle_mhz"] = Flow({k: min(int(round(v / 1e6)), clocks_max[k]) for k, v in idle.items()})
         notes.estimate(f"models.{key}.power_idle_w, clocks_idle_mhz: read from idle GPU {gpu.index} while recording")
         return
     model["power_idle_w"] = max(1, limit_w // 10)
-    model["clocks_idle_mhz"] = Flow({k: max(1, v // 5) if k != "memory" else v for k, v in clocks_max.items()})
+    model["clocks_idle_mhz"] = Flow({k: min(v, max(1, v // 5)) if k != "memory" else v for k, v in clocks_max.items()})
     notes.estimate(
         f"models.{key}.power_idle_w, clocks_idle_mhz: no GPU of the model was idle; 10 % of the limit, "
         "a fifth of the max SM/graphics clock"

@@ -32,6 +32,7 @@ from .pods import (
     container_id_for,
     pod_uid_for,
 )
+from .scenario_bounds import I32, MAX_NUMA_NODES, check_between, check_cpulist, check_model_numbers
 from .scenario_mig import parse_mig
 from .scenario_pcie import SWITCH_SCHEMA, parse_pcie_switches
 from .scenario_types import (
@@ -163,6 +164,7 @@ def _model(key: str, m: dict[str, Any]) -> GpuModel:
         raise ScenarioError(f"{path}.pcie.width: must be one of 1, 2, 4, 8, 16, 32")
     if not 0 <= m["nvlink"]["links"] <= 18:
         raise ScenarioError(f"{path}.nvlink.links: must be in 0..18")
+    check_model_numbers(path, m)
     return GpuModel(
         key=key,
         name=m["name"],
@@ -195,6 +197,8 @@ def _model(key: str, m: dict[str, Any]) -> GpuModel:
 def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
     """Validate parsed YAML ``data`` and build a Scenario (ScenarioError on any rule broken)."""
     check_shape(data, _SCHEMA, "", ScenarioError)
+    check_between("driver.cuda_version", data["driver"]["cuda_version"], 0, I32,
+                  "nvmlSystemGetCudaDriverVersion answers an int")
     if not data["models"]:
         raise ScenarioError("models: at least one model is required")
     models = {str(k): _model(str(k), v) for k, v in data["models"].items()}
@@ -235,6 +239,7 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
             raise ScenarioError(f"{p}.numa_node: {g['numa_node']} is not in node.numa_nodes")
         if not _CPULIST.match(g["cpu_affinity"]):
             raise ScenarioError(f"{p}.cpu_affinity: must be a cpu list like 0-55,112-167")
+        check_cpulist(f"{p}.cpu_affinity", g["cpu_affinity"])
         for nic in g["nics"]:
             if nic not in nic_names:
                 raise ScenarioError(f"{p}.nics: unknown NIC {nic!r} (not in nics)")
@@ -304,6 +309,9 @@ def _numa_nodes(node: dict[str, Any]) -> tuple[NumaNodeSpec, ...]:
     for i, n in enumerate(listed):
         if not _CPULIST.match(n["cpus"]):
             raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
+        check_cpulist(f"node.numa_nodes[{i}].cpus", n["cpus"])
+        check_between(f"node.numa_nodes[{i}].id", n["id"], 0, MAX_NUMA_NODES - 1,
+                      "Linux numbers at most 1024 NUMA nodes; nvmlDeviceGetNumaNodeId answers an unsigned int")
         socket = n.get("socket", i * sockets // len(listed))
         if not 0 <= socket < sockets:
             raise ScenarioError(f"node.numa_nodes[{i}].socket: must be in 0..{sockets - 1} (node.sockets)")

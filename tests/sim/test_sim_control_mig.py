@@ -66,9 +66,10 @@ async def test_a_reset_applies_the_pending_mig_mode(client, idle):
 
 
 async def test_a_reset_clears_the_gpus_faults(client, idle):
-    idle.inject(GPU, "gpu-lost")
+    idle.inject(GPU, "power-brake")  # not gpu-lost: a GPU off the bus cannot be reset (test_sim_lost_gpu.py)
+    idle.inject(GPU, "driver-error", error="reset-required")
     r = await client.post("/sim/v1/reset", json={"gpu": GPU})
-    assert (await r.json())["cleared"] == 1 and idle.active_faults() == []
+    assert (await r.json())["cleared"] == 2 and idle.active_faults() == []
 
 
 async def test_a_reset_is_refused_while_processes_run(client, idle):

@@ -85,17 +85,22 @@ def test_ecc_contained_refused_without_row_remapping(clock):
 
 
 def test_nvlink_crc_errors_are_replayed(nvml, node, clock):
+    """``rate`` CRC errors a second: each one a flit OR a data CRC error, each followed by one replay."""
     h = H(6)
     node.inject(6, "nvlink-crc", rate=500, link=3)
     clock.advance(4)
-    crc = N.nvmlDeviceGetNvLinkErrorCounter(h, 3, N.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+    flit = N.nvmlDeviceGetNvLinkErrorCounter(h, 3, N.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+    data = N.nvmlDeviceGetNvLinkErrorCounter(h, 3, N.NVML_NVLINK_ERROR_DL_CRC_DATA)
     replay = N.nvmlDeviceGetNvLinkErrorCounter(h, 3, N.NVML_NVLINK_ERROR_DL_REPLAY)
-    assert crc == 2000 and replay == crc
+    assert flit + data == 2000 and flit > 0 and data > 0  # 500/s for 4 s, counted once
+    assert replay == 2000
     assert N.nvmlDeviceGetNvLinkErrorCounter(h, 3, N.NVML_NVLINK_ERROR_DL_RECOVERY) == 0
     assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_REPLAY) == 0
     fv = N.nvmlDeviceGetFieldValues(h, [(N.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 3), (N.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 3),
-                                        (N.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0)])
-    assert [f.value.ullVal for f in fv] == [2000, 2000, 2000]
+                                        (N.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0),
+                                        (N.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0),
+                                        (N.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0)])
+    assert [f.value.ullVal for f in fv] == [2000, flit, 2000, flit, data]  # DL_CRC per link: the flit counter
 
 
 def test_nvlink_recovery_is_separate(nvml, node):
@@ -113,3 +118,39 @@ def test_hardware_slowdown_reason_bits(nvml, node, kind, required, forbidden):
     node.inject(5, kind)
     reasons = N.nvmlDeviceGetCurrentClocksEventReasons(H(5))
     assert reasons & required == required and not reasons & forbidden
+
+
+@pytest.mark.parametrize("kind", ["row-remap-pending", "row-remap-failure", "ecc-contained"])
+def test_row_remap_kinds_refused_without_row_remapping(clock, kind):
+    """dgx-2's V100s retire pages; nvmlDeviceGetRemappedRows is NOT_SUPPORTED there."""
+    node = SimulatedNode(load_scenario("dgx-2"), seed=1, clock=clock)
+    with pytest.raises(FaultError, match=rf"^fault: {kind} needs row remapping .*Tesla V100"):
+        node.inject(0, kind)
+    assert node.active_faults() == [] and node.remapped_rows(0) == (0, 0, 0, 0)
+
+
+def test_remapped_rows_stop_at_the_remapper_capacity_and_the_rest_fail(nvml, node):
+    """512 rows a GPU (8 per bank, MEM row-remapping): an error past them cannot be remapped, so the
+    remap fails (failureOccurred, XID 64); the ECC counters still count every error."""
+    h = H(1)
+    es = _events(h, N.nvmlEventTypeXidCriticalError)
+    node.inject(1, "ecc-contained", count=500)
+    assert _drain(es) == [(N.nvmlEventTypeXidCriticalError, 94), (N.nvmlEventTypeXidCriticalError, 63)]
+    node.inject(1, "ecc-contained", count=20)
+    assert N.nvmlDeviceGetRemappedRows(h) == (0, 512, 1, 1)
+    assert [d for _, d in _drain(es)] == [94, 63, 64]
+    node.inject(1, "ecc-contained", count=512)
+    assert N.nvmlDeviceGetRemappedRows(h) == (0, 512, 1, 1)
+    assert [d for _, d in _drain(es)] == [94, 64]  # nothing recorded: no XID 63
+    node.inject(1, "row-remap-pending")
+    assert N.nvmlDeviceGetRemappedRows(h) == (0, 512, 1, 1)
+    assert N.nvmlDeviceGetTotalEccErrors(h, UNC, AGG) == 1032
+    N.nvmlEventSetFree(es)
+
+
+def test_nvlink_fault_on_a_gpu_without_nvlink_says_so(clock):
+    node = SimulatedNode(load_scenario("pcie-inference"), seed=1, clock=clock)
+    for kind in ("nvlink-down", "nvlink-crc", "nvlink-recovery"):
+        with pytest.raises(FaultError, match=rf"^fault: {kind} needs NVLink; GPU 0 \(NVIDIA L40S\) has none"):
+            node.inject(0, kind)
+    assert node.active_faults() == []

@@ -102,13 +102,13 @@ def test_nvlink_crc_grows_at_rate(nvml, node, clock):
     h = H(6)
     node.inject(6, "nvlink-crc", rate=1000, link=2)
     clock.advance(3)
-    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 3000
-    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_DATA) == 3000
+    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 1500  # 3000 CRC errors,
+    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_DATA) == 1500  # each flit or data
     fv = N.nvmlDeviceGetFieldValues(h, [(N.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 2), (N.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 1)])
-    assert (fv[0].value.ullVal, fv[1].value.ullVal) == (3000, 0)
+    assert (fv[0].value.ullVal, fv[1].value.ullVal) == (1500, 0)  # per link, DL_CRC is the flit counter
     node.clear(6, "nvlink-crc")
     clock.advance(3)
-    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 3000  # stays, stops
+    assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 1500  # stays, stops
 
 
 def test_compute_mode(nvml, node):

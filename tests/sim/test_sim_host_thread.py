@@ -148,7 +148,7 @@ async def test_control_api_names_the_thread_and_drives_the_host(host: SimulatedH
         assert r.status == 200 and host.cri.running
 
         old = host.boot_id
-        r = await client.post("/sim/v1/reboot")
+        r = await client.post("/sim/v1/reboot", json={})
         assert r.status == 200 and (await r.json())["boot_id"] == host.boot_id != old
 
 

@@ -210,3 +210,12 @@ def test_a_driver_without_the_mig_instance_api_still_records(installed, tmp_path
     data = yaml.safe_load(record_scenario(sys_root=str(tmp_path / "sys")))
     assert data["gpus"][2]["mig"] == {"enabled": True, "instances": []}
     assert any(p.startswith("gpus[2].mig: in MIG mode, but no GPU instance") for p in data["x-recorded"]["placeholders"])
+
+
+def test_recorded_idle_clocks_never_exceed_the_max_clocks():
+    """A scenario refuses an idle clock above its max; NVML that gave no max clock (0) must not
+    make the recording unloadable."""
+    notes = record._Notes()
+    model = {"power_limit_w": 300, "clocks_max_mhz": {"sm": 0, "memory": 0, "graphics": 1410}}
+    record._idle_facts(model, "m", [], notes)
+    assert dict(model["clocks_idle_mhz"]) == {"sm": 0, "memory": 0, "graphics": 282}

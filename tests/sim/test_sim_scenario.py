@@ -70,3 +70,40 @@ def test_unknown_name_and_bad_yaml(tmp_path: Path):
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(str(bad))
     assert issubclass(ScenarioError, ValueError)
+
+
+_H100 = "models.h100-sxm5-80gb"
+
+
+_BOUNDS = [
+    # nvmlMemory_t / nvmlBAR1Memory_t hold bytes in unsigned long long: at most 2^64-1 bytes
+    (lambda m, d: m.update(memory_total_mib=10**30), f"{_H100}.memory_total_mib: got {10**30}; must be in 1..17592186044415"),
+    (lambda m, d: m.update(bar1_total_mib=1 << 44), f"{_H100}.bar1_total_mib: got {1 << 44}; must be in 1..17592186044415"),
+    # nvmlDeviceGetPowerManagementLimit answers mW in an unsigned int
+    (lambda m, d: m.update(power_limit_w=5_000_000), f"{_H100}.power_limit_w: got 5000000; must be in 1..4294967"),
+    (lambda m, d: m.update(pci_device_id=1 << 32), f"{_H100}.pci_device_id: got 4294967296; must be in 0..4294967295"),
+    (lambda m, d: m.update(pci_subsystem_id=-1), f"{_H100}.pci_subsystem_id: got -1; must be in 0..4294967295"),
+    (lambda m, d: m["clocks_max_mhz"].update(sm=1 << 32), f"{_H100}.clocks_max_mhz.sm: got 4294967296; must be in 0..4294967295"),
+    (lambda m, d: m["temperature_thresholds_c"].update(slowdown=-5), f"{_H100}.temperature_thresholds_c.slowdown: got -5"),
+    (lambda m, d: m["clocks_idle_mhz"].update(sm=5000), f"{_H100}.clocks_idle_mhz.sm: got 5000; must be at most clocks_max_mhz.sm (1980)"),
+    (lambda m, d: m["clocks_idle_mhz"].update(memory=2700), f"{_H100}.clocks_idle_mhz.memory: got 2700; must be at most clocks_max_mhz.memory"),
+    (lambda m, d: d["gpus"][0].update(cpu_affinity="10-2"), "gpus[0].cpu_affinity: range 10-2 goes backwards"),
+    (lambda m, d: d["gpus"][3].update(cpu_affinity="0-20000000"), "gpus[3].cpu_affinity: CPU 20000000 is past 8191"),
+    (lambda m, d: d["node"]["numa_nodes"][1].update(cpus="56-9000"), "node.numa_nodes[1].cpus: CPU 9000 is past 8191"),
+    (lambda m, d: d["node"]["numa_nodes"][1].update(id=1 << 20), "node.numa_nodes[1].id: got 1048576; must be in 0..1023"),
+    (lambda m, d: d["driver"].update(cuda_version=1 << 31), "driver.cuda_version: got 2147483648; must be in 0..2147483647"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", _BOUNDS, ids=[message.split(":")[0] for _, message in _BOUNDS])
+def test_numbers_are_bounded_by_the_c_types_and_real_machines(mutate, message):
+    data = _raw()
+    mutate(data["models"]["h100-sxm5-80gb"], data)
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario(data)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_builtins_pass_the_bounds():
+    for name in list_scenarios():
+        load_scenario(name)

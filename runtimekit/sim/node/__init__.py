@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..faults import FaultError
 from .counters import CountersPart
 from .faults import FaultsPart
 from .mig import MigError, MigPart
@@ -53,7 +54,8 @@ class SimulatedNode(FaultsPart, CountersPart, WorkloadPart, MigPart):
         flags revert, a pending row remap and a pending MIG mode are applied by the reset, MIG
         instances are gone), the driver's counters restart from 0 (volatile ECC, energy, PCIe and
         NVLink traffic and error counters), and every process is gone (the load profile's job starts again, with new pids). What the GPU keeps
-        in its InfoROM stays: aggregate ECC counts and the remapped-row counts. The node's event
+        in its InfoROM stays: aggregate ECC counts, the remapped-row counts and the row-remap
+        failure flag (nvmlDeviceGetRemappedRows' failureOccurred: a remap ever failed). The node's event
         sets stay (the agent's process outlives the simulated reboot); the host side (boot id,
         /proc) is ``SimulatedHost.reboot``.
         """
@@ -72,24 +74,37 @@ class SimulatedNode(FaultsPart, CountersPart, WorkloadPart, MigPart):
 
         What a reboot does to every GPU, done to this one: its faults end, a pending row remap and
         a pending MIG mode are applied, every MIG instance is gone, its volatile counters restart
-        from 0 (energy, PCIe and NVLink traffic and errors, volatile ECC; aggregate ECC and
-        remapped rows stay in the InfoROM) and the processes started on it end. The load
-        profile's job, like a training job restarting from its checkpoint, runs on.
+        from 0 (energy, PCIe and NVLink traffic and errors, volatile ECC; aggregate ECC, remapped
+        rows and the remap failure flag stay in the InfoROM) and the processes started on it end.
+        The load profile's job, like a training job restarting from its checkpoint, runs on.
+
+        A GPU off the bus (``gpu-lost``, XID 79) cannot be reset: ``nvidia-smi -r`` fails on a
+        device the driver cannot reach, and only a reboot brings it back (gpu-faults.md §2.3:
+        XID 79 => RESTART_BM). FaultError naming ``gpu`` then, and nothing changes.
         """
         gpu = self._check_gpu(gpu)
         t = self.now()
         with self._lock:
+            self.check_resettable(gpu)
             cleared = self._reset(self._gpus[gpu], t)
             self._end_processes_on(gpu)
             self._fault_gen += 1
         return cleared
 
+    def check_resettable(self, gpu: int) -> None:
+        """FaultError naming ``gpu`` when GPU ``gpu`` is off the bus, so a reset cannot reach it."""
+        with self._lock:
+            cause = self._lost_by(self._gpus[self._check_gpu(gpu)])
+        if cause:
+            raise FaultError(f"gpu: GPU {gpu} is off the bus ({cause}); it cannot be reset (nvidia-smi -r fails "
+                             "on a GPU the driver cannot reach): it needs a node reboot")
+
     def _reset(self, g: _Gpu, t: float) -> int:
         """Reset one GPU's driver-side state (lock held); returns the faults cleared."""
         self._settle(g, t)
+        self._burn_in(g)
         cleared = self._drop_faults(g, None)
         g.remap_pending = False
-        g.remap_failure = False
         g.ecc_corr_aggregate_base += g.acc.ecc_corrected
         g.ecc_unc_volatile = 0
         g.acc = Counters.zero(g.spec.model.nvlink_links)  # _settle left acc_tick and seg_start at t

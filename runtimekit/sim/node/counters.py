@@ -8,8 +8,11 @@ counters never go back (only a simulated reboot, a driver reload, restarts them)
 
 Couplings modelled as hardware has them (gpu-faults.md §2.3): HW thermal slowdown sets clock-event
 reasons 0x8 | 0x40 (HwSlowdown, HwThermalSlowdown), an external power brake 0x8 | 0x80
-(HwSlowdown, HwPowerBrakeSlowdown); an NVLink flit that fails its CRC is replayed by the
-transmitter, so DL_REPLAY grows with DL_CRC_FLIT (one replay per CRC-errored flit).
+(HwSlowdown, HwPowerBrakeSlowdown); an NVLink CRC error is a flit CRC error or a data CRC error
+(DL_CRC_FLIT or DL_CRC_DATA, ``Counters.crc_flit``/``crc_data``), and the transmitter replays
+what failed its CRC, so ``nvlink-crc`` at rate R moves flit + data by R a second and DL_REPLAY by
+R a second (one replay per CRC error): each error is counted once as a CRC error and once as a
+replay.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ class CountersPart(NodeCore):
         for i, v in enumerate(r.nvlink_crc):
             if v:
                 a.nvlink_crc[i] += v * dt
-                a.nvlink_replay[i] += v * dt  # each CRC-errored flit is replayed
+                a.nvlink_replay[i] += v * dt  # each CRC error is replayed once
 
     def _advance(self, g: _Gpu, t: float) -> int:
         """Fold every completed tick before ``t`` into the counters; returns the current tick."""

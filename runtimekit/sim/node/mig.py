@@ -226,6 +226,11 @@ class MigPart(NodeCore):
             total = gi.profile.memory_mib * MiB
         return total, min(used, total)
 
+    def _gi_memory_total(self, gpu: int, gi_id: int) -> int:
+        """Bytes of memory GPU instance ``gi_id`` of ``gpu`` has (its profile's)."""
+        with self._lock:
+            return self.gpu_instance(gpu, gi_id).profile.memory_mib * MiB
+
     def _mig_instance_check(self, gpu: int, gpu_instance: Any, compute_instance: Any) -> tuple[int, int] | None:
         """The (GPU, compute) instance ``add_process`` puts a process in on ``gpu``, None for the
         whole GPU (FaultError naming the field when that is not possible)."""
@@ -248,10 +253,15 @@ class MigPart(NodeCore):
     def inject_instance_xid(self, gpu: int, xid: int, gpu_instance: int, compute_instance: int | None = None) -> int:
         """Deliver XID ``xid`` raised in a MIG instance: the event carries the GPU instance id and
         the compute instance id (NO_INSTANCE when the fault is the GPU instance's as a whole). Returns
-        how many event sets got it. FaultError (naming the field) for a bad XID or instance."""
+        how many event sets got it. FaultError (naming the field) for a bad XID or instance, or a
+        GPU off the bus (it raises nothing until a reboot)."""
         gpu = self._check_gpu(gpu)
         if isinstance(xid, bool) or not isinstance(xid, int) or not 1 <= xid <= 999:
             raise FaultError(f"xid: got {xid!r}; must be an integer in 1..999")
+        with self._lock:
+            cause = self._lost_by(self._gpus[gpu])
+        if cause:
+            raise FaultError(f"gpu: GPU {gpu} is off the bus ({cause}); it raises no XID until a reboot")
         try:
             if compute_instance is None:
                 self.gpu_instance(gpu, gpu_instance)

@@ -32,8 +32,10 @@ _MANUAL_PID_BASE = 3_900_000  # pids of add_process() without an explicit pid
 class Counters:
     """Monotonic counters of one GPU since the driver loaded (units in names; per-link lists
     indexed by link). NVLink error counters follow nvmlNvLinkErrorCounter_t: ``nvlink_crc``
-    (DL_CRC_FLIT and DL_CRC_DATA alike), ``nvlink_replay`` (DL_REPLAY: the transmitter resends
-    each flit the receiver rejected for CRC), ``nvlink_recovery`` (DL_RECOVERY: link retrains)."""
+    holds every CRC error of the link, each one either a flit CRC error (DL_CRC_FLIT) or a data
+    CRC error (DL_CRC_DATA), split by ``crc_flit``/``crc_data``; ``nvlink_replay`` (DL_REPLAY: the
+    transmitter resends each flit the receiver rejected for CRC, one replay per CRC error),
+    ``nvlink_recovery`` (DL_RECOVERY: link retrains)."""
 
     energy_mj: float = 0.0
     pcie_tx_bytes: float = 0.0
@@ -44,6 +46,17 @@ class Counters:
     nvlink_replay: list[float] = field(default_factory=list)
     nvlink_recovery: list[float] = field(default_factory=list)
     ecc_corrected: int = 0
+
+    def crc_flit(self, link: int) -> int:
+        """DL_CRC_FLIT of ``link``: the odd-numbered CRC errors (the first, third, ...), so that
+        flit + data is every CRC error once (the simulator splits them evenly; the hardware
+        does not say in what proportion they come)."""
+        n = int(self.nvlink_crc[link])
+        return n - n // 2
+
+    def crc_data(self, link: int) -> int:
+        """DL_CRC_DATA of ``link``: the even-numbered CRC errors (see ``crc_flit``)."""
+        return int(self.nvlink_crc[link]) // 2
 
     @classmethod
     def zero(cls, links: int) -> Counters:
@@ -193,6 +206,9 @@ class NodeCore:
     def link_up(self, gpu: int, link: int) -> bool:
         raise NotImplementedError
 
+    def _lost_by(self, g: _Gpu) -> str:
+        raise NotImplementedError
+
     def _runs_job(self, gpu: int) -> bool:
         raise NotImplementedError
 
@@ -212,4 +228,7 @@ class NodeCore:
         raise NotImplementedError
 
     def _mig_instance_check(self, gpu: int, gpu_instance: Any, compute_instance: Any) -> tuple[int, int] | None:
+        raise NotImplementedError
+
+    def _gi_memory_total(self, gpu: int, gi_id: int) -> int:
         raise NotImplementedError

@@ -72,8 +72,12 @@ class WorkloadPart(NodeCore):
                 raise FaultError(f"containers[{i}].name: got {cname!r}; must be a DNS label")
             if not isinstance(gpus, list) or len(set(map(repr, gpus))) != len(gpus):
                 raise FaultError(f"containers[{i}].gpus: must be a list of distinct GPU indices")
-            for gpu in gpus:
-                self._check_gpu(gpu)
+            for j, gpu in enumerate(gpus):
+                try:
+                    self._check_gpu(gpu)
+                except FaultError:
+                    raise FaultError(f"containers[{i}].gpus[{j}]: got {gpu!r}; must be a GPU index in "
+                                     f"0..{len(self._gpus) - 1}") from None
             if not isinstance(idle, bool):
                 raise FaultError(f"containers[{i}].idle: must be true or false")
             devices = tuple(SimDevice(GPU_RESOURCE, self._gpus[g].spec.uuid) for g in gpus)
@@ -188,20 +192,17 @@ class WorkloadPart(NodeCore):
         With ``namespace``, ``pod`` and ``container`` it runs in that container (which must
         exist), otherwise on the host. On a GPU in MIG mode it runs in the MIG device of
         ``gpu_instance`` and ``compute_instance`` (both required there, refused elsewhere).
+        ``used_memory_bytes`` is at most the memory of the GPU (or of its MIG instance): no
+        process holds more, and NVML packs it into nvmlProcessInfo_t.usedGpuMemory (64 bits).
+        FaultError naming the field for bad input (and nothing changes).
         """
         gpu = self._check_gpu(gpu)
-        owner = None
-        if namespace is not None or pod is not None or container is not None:
-            found = self._pods.get((namespace, pod))  # type: ignore[arg-type]
-            owner = found.container(container) if found and isinstance(container, str) else None
-            if owner is None:
-                raise FaultError(f"container: no container {container!r} in pod {namespace}/{pod}")
-        if isinstance(used_memory_bytes, bool) or not isinstance(used_memory_bytes, int) or used_memory_bytes < 0:
-            raise FaultError(f"used_memory_bytes: got {used_memory_bytes!r}; must be an integer >= 0")
+        owner = self._owner(namespace, pod, container)
         if not isinstance(name, str) or not name:
             raise FaultError("name: must be a non-empty string")
         with self._lock:
             where = self._mig_instance_check(gpu, gpu_instance, compute_instance)
+            self._check_process_memory(gpu, used_memory_bytes, where)
             if pid is None:
                 while self._next_pid in self._manual:
                     self._next_pid += 1
@@ -215,6 +216,34 @@ class WorkloadPart(NodeCore):
                 self._in_instance[pid] = where
             self._proc_gen += 1
             return pid
+
+    def _owner(self, namespace: Any, pod: Any, container: Any) -> SimContainer | None:
+        """The container ``namespace``/``pod``/``container`` names (None: none named, the host);
+        FaultError naming the field that is missing, not a string, or names nothing."""
+        given = {"namespace": namespace, "pod": pod, "container": container}
+        if all(value is None for value in given.values()):
+            return None
+        for field_name, value in given.items():
+            if not isinstance(value, str) or not value:
+                raise FaultError(f"{field_name}: got {value!r}; must be a non-empty string (a process in a pod "
+                                 "names its namespace, pod and container)")
+        found = self._pods.get((namespace, pod))
+        if found is None:
+            raise FaultError(f"pod: no pod {namespace}/{pod}")
+        owner = found.container(container)
+        if owner is None:
+            raise FaultError(f"container: no container {container!r} in pod {namespace}/{pod}")
+        return owner
+
+    def _check_process_memory(self, gpu: int, size: Any, where: tuple[int, int] | None) -> None:
+        """FaultError naming ``used_memory_bytes`` unless ``size`` is an integer in 0..the memory
+        total of GPU ``gpu``, or of its GPU instance ``where[0]`` (lock held)."""
+        if where is None:
+            total, of = self._gpus[gpu].spec.model.memory_total_mib * MiB, f"GPU {gpu}'s memory total"
+        else:
+            total, of = self._gi_memory_total(gpu, where[0]), f"the memory of GPU instance {where[0]}"
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= total:
+            raise FaultError(f"used_memory_bytes: got {size!r}; must be an integer in 0..{total} ({of})")
 
     def remove_process(self, pid: int) -> None:
         """End a process started by ``add_process`` (KeyError when unknown)."""

@@ -5,17 +5,25 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from ..node import Counters
 from ._base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, _bytes_of, _device, _LibraryBase, _obj, _v
 
 __all__ = ["FieldValuesMixin"]
 
 # nvmlValueType_t
 _UINT, _ULL = 1, 3
-#: NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL -> Counters field (nvml.h).
-_LINK_TOTALS = {38: "nvlink_crc", 45: "nvlink_crc", 52: "nvlink_replay", 59: "nvlink_recovery"}
-#: Per-link fields (scopeId is the link) -> Counters list: NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC},
+#: NVML_FI_DEV_NVLINK_{REPLAY,RECOVERY}_ERROR_COUNT_TOTAL -> Counters field (nvml.h).
+_LINK_TOTALS = {52: "nvlink_replay", 59: "nvlink_recovery"}
+#: NVML_FI_DEV_NVLINK_CRC_{FLIT,DATA}_ERROR_COUNT_TOTAL: the flit and the data share of the CRC
+#: errors (``Counters.crc_flit``/``crc_data``), summed over links.
+_CRC_TOTALS = {38: Counters.crc_flit, 45: Counters.crc_data}
+#: Per-link fields (scopeId is the link) -> Counters list: NVLINK_ERROR_DL_{REPLAY,RECOVERY},
 #: NVLINK_THROUGHPUT_DATA_{TX,RX} (KiB). NVLINK_GET_STATE (165) is the link's state, not a counter.
-_PER_LINK = {161: "nvlink_replay", 162: "nvlink_recovery", 163: "nvlink_crc", 138: "nvlink_tx_kib", 139: "nvlink_rx_kib"}
+_PER_LINK = {161: "nvlink_replay", 162: "nvlink_recovery", 138: "nvlink_tx_kib", 139: "nvlink_rx_kib"}
+#: NVLINK_ERROR_DL_CRC (163), per link: the flit CRC counter, the same count as
+#: nvmlDeviceGetNvLinkErrorCounter(DL_CRC_FLIT) (data CRC has no per-link field past link 11, and
+#: the agent reads 163 as flit CRC: ``runtimekit.gpu.fields.LINK_CRC_FLIT``).
+_LINK_CRC_FLIT = 163
 _LINK_STATE = 165
 
 # c_nvmlFieldValue_t (nvml.h): fieldId, scopeId, timestamp (µs), latencyUsec, valueType, nvmlReturn,
@@ -56,16 +64,20 @@ class FieldValuesMixin(_LibraryBase):
                 vt, val = _ULL, int(c.pcie_tx_bytes)
             elif fid == 198:
                 vt, val = _ULL, int(c.pcie_rx_bytes)
-            elif fid in _PER_LINK or fid == _LINK_STATE:
+            elif fid in _PER_LINK or fid in (_LINK_STATE, _LINK_CRC_FLIT):
                 if not 0 <= scope < links:
                     _fail(buffer, offset, ts, INVALID_ARGUMENT)
                     continue
                 if fid == _LINK_STATE:
                     vt, val = _UINT, int(self.node.link_up(gpu, scope))
+                elif fid == _LINK_CRC_FLIT:
+                    vt, val = _ULL, c.crc_flit(scope)
                 else:
                     vt, val = _ULL, int(getattr(c, _PER_LINK[fid])[scope])
             elif fid in _LINK_TOTALS:  # NVLINK_*_ERROR_COUNT_TOTAL: summed over links, scope ignored
                 vt, val = _ULL, int(sum(getattr(c, _LINK_TOTALS[fid])))
+            elif fid in _CRC_TOTALS:
+                vt, val = _ULL, sum(_CRC_TOTALS[fid](c, link) for link in range(links))
             elif fid == 91:  # NVLINK_LINK_COUNT
                 vt, val = _UINT, links
             elif fid == 230:  # GET_GPU_RECOVERY_ACTION: what the driver asks for (0: none)

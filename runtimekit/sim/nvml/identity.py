@@ -9,13 +9,13 @@ from ._base import NOT_SUPPORTED, SUCCESS, _device, _fill_pci, _LibraryBase, _ob
 __all__ = ["IdentityMixin"]
 
 def _cpu_mask(cpulist: str, words: int) -> list[int]:
-    """A "0-55,112-167" list as 64-bit mask words (nvmlDeviceGetCpuAffinity layout)."""
+    """A "0-55,112-167" list as 64-bit mask words (nvmlDeviceGetCpuAffinity layout); CPUs past
+    the ``words`` the caller asked for are left out (and never visited)."""
     out = [0] * words
     for part in cpulist.split(","):
         lo, _, hi = part.partition("-")
-        for cpu in range(int(lo), int(hi or lo) + 1):
-            if cpu // 64 < words:
-                out[cpu // 64] |= 1 << (cpu % 64)
+        for cpu in range(int(lo), min(int(hi or lo), words * 64 - 1) + 1):
+            out[cpu // 64] |= 1 << (cpu % 64)
     return out
 
 

@@ -51,13 +51,14 @@ class NvLinkMixin(_LibraryBase):
         if c not in (0, 1, 2, 3):
             return NOT_SUPPORTED
         _, counters = self.node.reading(gpu)
-        per_link = {  # nvmlNvLinkErrorCounter_t -> counter list
-            0: counters.nvlink_replay,  # DL_REPLAY
-            1: counters.nvlink_recovery,  # DL_RECOVERY
-            2: counters.nvlink_crc,  # DL_CRC_FLIT
-            3: counters.nvlink_crc,  # DL_CRC_DATA
-        }[c]
-        _out(ref, int(per_link[_v(link)]))
+        i = _v(link)
+        if c == 2:  # DL_CRC_FLIT
+            value = counters.crc_flit(i)
+        elif c == 3:  # DL_CRC_DATA
+            value = counters.crc_data(i)
+        else:  # DL_REPLAY (one per CRC error), DL_RECOVERY
+            value = int((counters.nvlink_replay if c == 0 else counters.nvlink_recovery)[i])
+        _out(ref, value)
         return SUCCESS
 
     @_device
