@@ -9,12 +9,14 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 - ``nvlink_recovery_errors`` (critical, drain_and_reset_gpu, gpu_reset): the recovery counter
   grew by at least ``recovery_increase`` since the previous sample — the link went down and
   retrained (DCGM: any increase fails).
-- ``nvlink_errors`` (warning, none) / ``nvlink_error_storm`` (critical, drain_and_reset_gpu): CRC
-  flit + CRC data errors + replays per second over the GPU's links, from the previous sample and
-  the two ``sampled_at``, at or above ``error_per_second_warning`` / ``error_per_second_critical``.
-  Replays are the link retransmitting after a CRC error, so they are judged with them, as a rate:
-  a single replay is not a critical fault. Both clear on clean samples (the rate below the
-  warning threshold).
+- ``nvlink_errors`` (warning, none) / ``nvlink_error_storm`` (critical, drain_and_reset_gpu): NVLink
+  error events per second over the GPU's links, from the previous sample and the two
+  ``sampled_at``, at or above ``error_per_second_warning`` / ``error_per_second_critical``. A
+  replay is the link retransmitting after a CRC error (flit or data), so an error shows in two
+  counters: a link's events are the larger of its CRC errors (flit + data) and its replays, each
+  error counted once, and replays beyond the CRC errors (retransmissions for another cause) still
+  count. Judged as a rate: a single replay is not a critical fault. Both clear on clean samples
+  (the rate below the warning threshold).
 
 Counters come from the previous snapshot of the same GPU (by UUID). A counter that went down was
 reset (GPU reset, driver reload): that link is skipped for the sample, never a negative rate.
@@ -42,6 +44,17 @@ def _deltas(gpu: Any, old: Any, counter: str) -> list[tuple[int, int, int]]:
         if was is not None and available(now, was) and now >= was:
             out.append((link.link, was, now))
     return out
+
+
+def _events(parts: dict[str, list[tuple[int, int, int]]]) -> int:
+    """Error events over the links: per link, the larger of its CRC errors (flit + data) and its
+    replays (each CRC error is replayed, so it shows in both)."""
+    crc: dict[int, int] = {}
+    for name in ("CRC flit", "CRC data"):
+        for link, was, now in parts[name]:
+            crc[link] = crc.get(link, 0) + now - was
+    replays = {link: now - was for link, was, now in parts["replays"]}
+    return sum(max(crc.get(link, 0), replays.get(link, 0)) for link in crc.keys() | replays.keys())
 
 
 def _counters(gpu: Any) -> list[tuple[Any, ...]]:
@@ -89,7 +102,7 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
         parts = {name: _deltas(gpu, old, counter) for name, counter in (
             ("CRC flit", "crc_flit_errors"), ("CRC data", "crc_data_errors"), ("replays", "replay_errors"))}
         totals = {name: sum(now - was for _, was, now in deltas) for name, deltas in parts.items()}
-        rate = sum(totals.values()) / elapsed
+        rate = _events(parts) / elapsed
         if rate >= config["error_per_second_critical"]:
             fault, threshold = "nvlink_error_storm", config["error_per_second_critical"]
         elif rate >= config["error_per_second_warning"]:

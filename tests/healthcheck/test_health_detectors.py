@@ -649,11 +649,24 @@ def test_replays_are_a_rate_with_crc_errors_and_clear_on_clean_samples(replays, 
             assert f.clears == CLEARS_WHEN_CLEAN and "replays +" in f.evidence
 
 
-def test_crc_and_replays_add_up_to_one_rate() -> None:
+def test_a_crc_error_and_its_replay_are_one_event() -> None:
+    """Each CRC error is replayed, so it moves two counters: a link's events are the larger of its
+    CRC errors (flit + data) and its replays. 40 CRC errors a second, each replayed, are 40/s, not
+    80/s (counted twice, a storm was called at 50 errors a second: half the critical threshold)."""
+    before = node(make_gpu(0))
+    after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=lambda n: 1 + 50, crc_data_errors=lambda n: 2 + 50,
+                       replay_errors=lambda n: 3 + 100), at=T0 + 10)
+    f = one(single(nvlink, after, before), "nvlink_errors")  # 4 links x 100 events / 10 s = 40/s
+    assert "40.0/s" in f.evidence and "CRC flit +200" in f.evidence and "replays +400" in f.evidence
+
+
+def test_crc_errors_and_replays_beyond_them_both_count() -> None:
     before = node(make_gpu(0))
     after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=1 + 2, replay_errors=3 + 1), at=T0 + 10)
-    f = one(single(nvlink, after, before), "nvlink_errors")  # 4 links x (2 CRC + 1 replay) / 10 s = 1.2/s
-    assert "1.2/s" in f.evidence and "CRC flit +8" in f.evidence and "replays +4" in f.evidence
+    assert not single(nvlink, after, before)  # 4 links x max(2 CRC, 1 replay) / 10 s = 0.8/s: below 1/s
+    after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=1 + 2, replay_errors=3 + 5), at=T0 + 10)
+    f = one(single(nvlink, after, before), "nvlink_errors")  # 4 links x max(2 CRC, 5 replays) / 10 s = 2/s
+    assert "2.0/s" in f.evidence and "CRC flit +8" in f.evidence and "replays +20" in f.evidence
 
 
 @pytest.mark.parametrize(
