@@ -190,6 +190,10 @@ def _run_serve(args: argparse.Namespace) -> int:
             from runtimekit.grpc_unix import check_server_socket
 
             check_server_socket(config.api_socket, "api.socket")  # a path it could never serve at: refused now
+            if config.api.tcp_listen is not None:
+                from runtimekit.api.server import check_tcp_listen
+
+                check_tcp_listen(config.api.tcp_listen, config.listen)  # a port taken: refused now, not every restart
         lock_state_dir(config.state_dir)  # held until the process ends: one agent per state directory
         if config.slicer.enabled:
             Journal.in_state_dir(config.state_dir).close()  # a corrupt or foreign journal: refused, by name

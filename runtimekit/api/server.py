@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 
 import grpc
 import grpc.aio
@@ -33,6 +34,7 @@ from runtimekit._proto.runtimekit.v1 import service_pb2, service_pb2_grpc
 from runtimekit.api.servicer import AgentServicer
 from runtimekit.config import Config, ConfigError, ListenerConfig
 from runtimekit.grpc_unix import private_socket, publish_socket, remove_own_socket, remove_stale_socket
+from runtimekit.schema import parse_listen
 from runtimekit.state import NodeState
 from runtimekit.state.slices import SliceService
 from runtimekit.state.topology import Allocator
@@ -56,6 +58,32 @@ def server_options(policy: ListenerConfig) -> list[tuple[str, int]]:
         ("grpc.max_connection_idle_ms", int(policy.keepalive_timeout_seconds * 1000)),
         ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
     ]
+
+
+_ANY_HOST = ("", "0.0.0.0", "::")
+
+
+def check_tcp_listen(address: str, http_listen: str) -> None:
+    """Refuse, before anything starts, an ``api.tcp_listen`` the gRPC port could not be served at:
+    the port of the agent's own HTTP ``listen`` (on the same host, or either on every address),
+    or a port another process holds now (tried with a bind, SO_REUSEADDR as gRPC binds it; port 0
+    is any free port). ValueError naming the key and the rule: the API's start would otherwise
+    fail again at every restart of its component."""
+    host, port = parse_listen(address)
+    if port == 0:
+        return
+    http_host, http_port = parse_listen(http_listen)
+    if port == http_port and (host == http_host or host in _ANY_HOST or http_host in _ANY_HOST):
+        raise ValueError(f"api.tcp_listen {address}: the agent's own HTTP listen address ({http_listen}) takes that "
+                         "port; name another")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                           flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as error:
+        raise ValueError(f"api.tcp_listen {address}: cannot listen there ({error.strerror or error})") from None
 
 
 class ApiServer:

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimekit.api import SERVICE_NAME, ApiServer
+from runtimekit.api.server import check_tcp_listen
 from runtimekit.grpc_unix import SocketInUse, socket_answers
 
 
@@ -123,3 +124,19 @@ async def test_tcp_without_a_readable_certificate_names_the_key(short_dir: Path)
     with pytest.raises(ValueError, match=r"api.web_config_file: .*tls_server_config.cert_file: cannot read .*missing.pem"):
         api_config(short_dir, **{"api.tcp_listen": "127.0.0.1:0", "api.web_config_file": str(short_dir / "web.yml")})
     assert not os.path.exists(short_dir / "runtimekit.sock")
+
+
+def test_a_tcp_port_held_by_another_process_or_the_http_listener_is_refused_before_the_start() -> None:
+    """api.tcp_listen on a taken port used to start an agent whose API component failed at every
+    restart, with a traceback each time; now the start is refused naming the key."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        with pytest.raises(ValueError, match=rf"api.tcp_listen 127.0.0.1:{taken}: cannot listen there \(Address already in use\)"):
+            check_tcp_listen(f"127.0.0.1:{taken}", "127.0.0.1:9445")
+    check_tcp_listen(f"127.0.0.1:{taken}", "127.0.0.1:9445")  # released: free again
+    for http in (f"127.0.0.1:{taken}", f"0.0.0.0:{taken}"):
+        with pytest.raises(ValueError, match="the agent's own HTTP listen address .* takes that port"):
+            check_tcp_listen(f"127.0.0.1:{taken}", http)
+    check_tcp_listen("127.0.0.1:0", "127.0.0.1:9445")  # any free port
