@@ -8,12 +8,15 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 - ``ecc_uncorrectable`` (critical, drain_and_reset_gpu, gpu_reset): XID 48, or a jump of the
   uncorrected ECC counter (volatile; aggregate where volatile is unreadable) that no XID explains:
   no XID 94 (nor 48, 95, 140) for the GPU within ``contained_xid_window_seconds`` of the jump,
-  before or after it. The XID comes from the event thread, the counters from the sampler, so a
-  jump seen first waits up to the window for its XID before it is judged; a counter that went
-  down was a reset (the baseline follows it), never a fault. The first reading of a GPU is judged
-  from 0 (nothing explained errors counted before the agent knew the GPU); the baseline is part
-  of the detector state the store persists, so an agent restart does not re-judge a contained
-  error.
+  before or after it. The jump happened between the sample before (``after``) and the one that
+  saw it, so that whole interval counts as "the jump", at any sampling interval. The XID comes
+  from the event thread, the counters from the sampler, so a jump seen first waits up to the
+  window for its XID before it is judged; a counter that went down was a reset (the baseline
+  follows it), never a fault. The first reading of a GPU is judged from 0 (nothing explained
+  errors counted before the agent knew the GPU); a reading from the other counter than the
+  baseline's (volatile unreadable for a sample, so aggregate, or back) is a new baseline, never
+  a jump (the lifetime count is not new errors). The baseline is part of the detector state the
+  store persists, so an agent restart does not re-judge a contained error.
 - ``ecc_uncontained`` (critical): XID 95 or 140.
 - ``row_remap_pending`` (warning, drain_and_reset_gpu, gpu_reset, schedulable): the remapper has a
   remap waiting for a reset (or XID 63 on a GPU with row remapping). It follows XID 94 and stays
@@ -30,7 +33,8 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 Correctable (single-bit) counts are trend data for the exporter, not a fault (§6: Info).
 
 State (JSON-friendly, persisted by the store): ``base`` {uuid: [counter, value]} the last judged
-uncorrected count; ``pending`` {uuid: [since, from, to, counter]} a jump waiting for its XID;
+uncorrected count; ``pending`` {uuid: [since, from, to, counter, after]} a jump seen at the sample
+of ``since``, made after the sample of ``after`` (a state saved without it: ``since``), waiting for its XID;
 ``explained`` {uuid: [received_at, ...]} recent XIDs that explain a jump.
 """
 
@@ -43,7 +47,7 @@ from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, finding, merge, readable_gpus
+from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
 
 NAME = "ecc"
 EXPLAINS = ("ecc_contained", "ecc_uncorrectable", "ecc_uncontained")  # faults whose XIDs explain a jump
@@ -78,31 +82,38 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
         if policy.xid(event.xid).fault in EXPLAINS:
             explained.setdefault(event.uuid, []).append(event.received_at)
 
-    def explains(uuid: str, at: float) -> bool:
-        return any(abs(t - at) <= window for t in explained.get(uuid, ()))
+    def explains(uuid: str, after: float, since: float) -> bool:
+        return any(after - window <= t <= since + window for t in explained.get(uuid, ()))
 
+    before = previous_by_uuid(data.previous)
     for uuid, gpu in gpus.items():
         reading = _uncorrected(gpu)
         if reading is None:
             continue
         counter, value = reading
         known = base.get(uuid)
-        was = int(known[1]) if known and known[0] == counter else 0
+        if known is not None and known[0] != counter:  # the other counter: a new baseline, not a jump
+            base[uuid] = [counter, value]
+            continue
+        was = int(known[1]) if known else 0
         if value < was:  # a reset (or a driver reload) zeroed the volatile count
             base[uuid] = [counter, value]
             pending.pop(uuid, None)
         elif value > was:
             held = pending.get(uuid)
             if held is None:
-                pending[uuid] = [gpu.sampled_at, was, value, counter]
+                old = before.get(uuid)
+                after = old.sampled_at if old is not None and old.sampled_at < gpu.sampled_at else gpu.sampled_at
+                pending[uuid] = [gpu.sampled_at, was, value, counter, after]
             else:
                 held[2] = value
         elif known is None:
             base[uuid] = [counter, value]
 
     findings = []
-    for uuid, (since, was, value, counter) in list(pending.items()):
-        if explains(uuid, since):
+    for uuid, (since, was, value, counter, *rest) in list(pending.items()):
+        after = float(rest[0]) if rest else since
+        if explains(uuid, after, since):
             base[uuid] = [counter, value]
             del pending[uuid]
         elif data.now - since >= window:
@@ -110,12 +121,16 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
             if judged is not None:
                 findings.append(finding(
                     judged, "ecc_uncorrectable",
-                    f"uncorrected ECC errors ({counter.replace('_', ' ')}) {int(was)} → {int(value)} at "
-                    f"{clock(since)} with no contained-error XID 94 (nor XID 48/95/140) within {window:g} s",
+                    f"uncorrected ECC errors ({counter.replace('_', ' ')}) {int(was)} → {int(value)} between "
+                    f"{clock(after)} and {clock(since)} with no contained-error XID 94 (nor XID 48/95/140) "
+                    f"within {window:g} s of them",
                 ))
             base[uuid] = [counter, value]
             del pending[uuid]
-    horizon = data.now - window
+    # An XID is kept while it may still explain a jump: one the next sample sees happened after
+    # the latest sample, and a held one after its own ``after``.
+    kept_from = [gpu.sampled_at for gpu in gpus.values()] + [float(held[4] if len(held) > 4 else held[0]) for held in pending.values()]
+    horizon = min([data.now, *kept_from]) - window
     explained = {u: kept for u, ts in explained.items() if (kept := [t for t in ts if t >= horizon])}
     return {"base": base, "pending": pending, "explained": explained}, findings
 

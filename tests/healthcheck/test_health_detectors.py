@@ -264,6 +264,26 @@ def test_unexplained_uncorrectable_jump_is_critical_once_the_xid_window_passed()
     assert "0 → 2" in f.evidence and "no contained-error XID 94" in f.evidence
 
 
+@pytest.mark.parametrize("interval", [10.0, 30.0])
+def test_a_contained_error_is_explained_by_its_xid_at_any_sampling_interval(interval: float) -> None:
+    """XID 94 one second after the sample before the jump: the error happened between the two
+    samples, so the XID explains it even when the sample that sees the jump comes 10 or 30 s later
+    (it used to be measured from that sample alone: critical beyond a 5 s interval)."""
+    _, per_sample = run_sequence(ecc, series(lambda i, at: (with_(
+        make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 1, 1, 1][i]),), 4, step=interval),
+        xids={1: [xid(94, at=T0 + 1)]})
+    assert [faults(found) for found in per_sample] == [set(), {(0, "ecc_contained")}, set(), set()]
+
+
+def test_one_unreadable_volatile_count_is_not_a_jump_of_the_lifetime_count() -> None:
+    """The volatile count unreadable for one sample: the aggregate (lifetime) count stands in, and
+    its errors of long ago are not new ones (they used to be judged from 0: critical)."""
+    volatile = [0, NA, 0, 0]
+    _, per_sample = run_sequence(ecc, series(lambda i, at: (with_(
+        make_gpu(0, at=at), "ecc", uncorrected_volatile=volatile[i], uncorrected_aggregate=1),), 4))
+    assert per_sample == [[], [], [], []]
+
+
 def test_xid_48_is_uncorrectable_at_once_and_explains_its_counter_jump() -> None:
     state, per_sample = run_sequence(ecc, series(
         lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 1, 1][i]),), 3),
