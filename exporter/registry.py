@@ -41,6 +41,7 @@ from runtimekit.exporter.collectors.utilization import UtilizationCollector
 from runtimekit.exporter.collectors.xid import XidCollector
 from runtimekit.exporter.family import Family
 from runtimekit.exporter.timing import LOG, CollectorSet
+from runtimekit.schema import shown
 from runtimekit.state import NodeState
 
 CollectorFactory = Callable[..., Collector]  # keyword options -> collector
@@ -80,19 +81,22 @@ COLLECTORS: Mapping[str, CollectorSpec] = {
 }
 
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
+#: The configuration key that switches collectors (runtimekit/config.py), named by its errors.
+KEY = "exporter.collectors"
 
 
 def enabled_collectors(config: Mapping[str, bool] | None = None) -> tuple[str, ...]:
     """Names of the collectors to run: the defaults, overridden by ``config`` (``{name: bool}``).
 
-    Raises ``ValueError`` naming an unknown collector and the allowed names, or a non-boolean value.
+    Raises ``ValueError`` naming the key (``exporter.collectors``) with an unknown collector and the
+    allowed names, or a non-boolean value.
     """
     config = dict(config or {})
     for name, value in config.items():
         if name not in COLLECTORS:
-            raise ValueError(f"unknown collector {name!r}; allowed: {', '.join(COLLECTOR_NAMES)}")
+            raise ValueError(f"{KEY}: unknown collector {shown(name)}; allowed: {', '.join(COLLECTOR_NAMES)}")
         if not isinstance(value, bool):
-            raise ValueError(f"collector {name!r}: expected true or false, got {value!r}")
+            raise ValueError(f"{KEY}: collector {shown(name)}: expected true or false, got {shown(value)}")
     return tuple(name for name, spec in COLLECTORS.items() if config.get(name, spec.enabled_by_default))
 
 

@@ -33,6 +33,8 @@ from runtimekit.documents import DocumentError, load_yaml_file
 from runtimekit.schema import REQUIRED, ConfigError, Key, above, at_least, between, schema_of, setting, validate, yaml_number
 
 DEFAULT_PATH = Path(__file__).with_name("thresholds.yaml")
+#: The agent's configuration key naming an operator's thresholds file (runtimekit/config.py).
+KEY = "health.thresholds"
 
 COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 
@@ -198,15 +200,19 @@ def _validate(data: Any, base: Mapping[str, Mapping[str, Any]] | None) -> dict[s
     return out
 
 
-def _read(path: Path) -> Any:
-    """The YAML at ``path``, within the bounds of ``runtimekit.documents`` (ThresholdError naming
-    the rule; the callers name the file)."""
+def _read(path: Path, what: str, *, complete: bool) -> dict[str, dict[str, Any]]:
+    """The thresholds file at ``path`` read within the bounds of ``runtimekit.documents`` and
+    validated (``parse_thresholds``); ThresholdError ``"<what>: <file>: <rule>"`` otherwise."""
     try:
-        return load_yaml_file(path, what=str(path))
+        data = load_yaml_file(path, what=str(path))
     except OSError as error:
-        raise ThresholdError(f"cannot read thresholds {path}: {error.strerror}") from error
+        raise ThresholdError(f"{what}: cannot read {path}: {error.strerror or error}") from None
     except DocumentError as error:
-        raise ThresholdError(error.rule) from None
+        raise ThresholdError(f"{what}: {error}") from None
+    try:
+        return parse_thresholds(data, complete=complete)
+    except ThresholdError as error:
+        raise ThresholdError(f"{what}: {path}: {error}") from None
 
 
 def parse_thresholds(data: Any, *, complete: bool = False) -> dict[str, dict[str, Any]]:
@@ -216,22 +222,16 @@ def parse_thresholds(data: Any, *, complete: bool = False) -> dict[str, dict[str
 
 
 def load_thresholds(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """The packaged defaults, overridden by the operator's file at ``path`` when given."""
+    """The packaged defaults, overridden by the operator's file at ``path`` when given (the agent's
+    ``health.thresholds``, which its errors name)."""
     if path is None:
         return defaults()
-    path = Path(path)
-    try:
-        return parse_thresholds(_read(path))
-    except ThresholdError as error:
-        raise ThresholdError(f"thresholds {path}: {error}") from None
+    return _read(Path(path), KEY, complete=False)
 
 
 @lru_cache(maxsize=1)
 def _defaults() -> dict[str, dict[str, Any]]:
-    try:
-        return _validate(_read(DEFAULT_PATH), None)
-    except ThresholdError as error:
-        raise ThresholdError(f"thresholds {DEFAULT_PATH}: {error}") from None
+    return _read(DEFAULT_PATH, "packaged thresholds", complete=True)
 
 
 def defaults() -> dict[str, dict[str, Any]]:

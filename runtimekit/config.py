@@ -20,6 +20,7 @@ from runtimekit.schema import (  # noqa: F401 - re-exported: the configuration's
     Key,
     between,
     build,
+    file_path,
     flatten,
     listen_address,
     parse_listen,
@@ -40,6 +41,21 @@ def _regex(value: str) -> str | None:
         re.compile(value)
     except re.error as error:
         return f"not a valid regular expression ({error})"
+    return None
+
+
+#: A CDI vendor as slices use it: the kind VENDOR/slice (CDI's parser: a letter first, a letter or
+#: digit last) and the prefix of the specs' annotation keys VENDOR/slice-id (a lower-case DNS
+#: subdomain, as Kubernetes validates annotation keys): both at once.
+_CDI_VENDOR = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def cdi_vendor_problem(value: str) -> str | None:
+    """The rule ``value`` breaks as the slices' CDI vendor, or None (CDI's SPEC.md and pkg/parser;
+    ../shared/reference/dra.md section 4)."""
+    if len(value) > 253 or not _CDI_VENDOR.fullmatch(value):
+        return ("must be a CDI vendor: a lower-case DNS subdomain starting with a letter, at most 253 characters "
+                "(runtimekit.io)")
     return None
 
 
@@ -90,9 +106,13 @@ class AttributionConfig:
     )
     cache_seconds: float = setting(30.0, "how long a down source's last answer is still used", between(0, 3600))
     timeout_seconds: float = setting(2.0, "deadline of each kubelet or CRI call", between(0.1, 60))
-    kubelet_socket: str = setting("/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet pod-resources API socket")
-    cri_socket: str = setting("/run/containerd/containerd.sock", "the CRI runtime socket (containerd, CRI-O)")
-    proc_root: str = setting("/proc", "the host's /proc (mount it into the container; hostPID also works)")
+    kubelet_socket: str = setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet pod-resources API socket", file_path
+    )
+    cri_socket: str = setting("/run/containerd/containerd.sock", "the CRI runtime socket (containerd, CRI-O)", file_path)
+    proc_root: str = setting(
+        "/proc", "the host's /proc (mount it into the container; hostPID also works)", file_path
+    )
     process_refresh_seconds: float = setting(
         5.0, "seconds between re-reads of a GPU process's CPU seconds and resident memory", between(0, 600)
     )
@@ -119,10 +139,11 @@ class HealthConfig:
         None, "GPUs the node must have (None: the most ever seen, remembered in state_dir)", between(0, 1024)
     )
     thresholds: str | None = setting(
-        None, "the detectors' thresholds YAML file (None: the built-in healthcheck/thresholds)"
+        None, "the detectors' thresholds YAML file (None: the built-in healthcheck/thresholds)", file_path
     )
     boot_id_path: str = setting(
-        "/proc/sys/kernel/random/boot_id", "the node's boot id; a change means a reboot (clears sticky faults)"
+        "/proc/sys/kernel/random/boot_id", "the node's boot id; a change means a reboot (clears sticky faults)",
+        file_path,
     )
 
 
@@ -175,7 +196,7 @@ class ListenerConfig:
     web_config_file: str | None = setting(
         None, "the web configuration file of the Prometheus exporter-toolkit: TLS (tls_server_config), client "
         "certificates, basic auth users (bcrypt hashes), response headers; re-read when it or a file it names "
-        "changes (None: plain HTTP, no auth; docs/security.md)",
+        "changes (None: plain HTTP, no auth; docs/security.md)", file_path,
     )
 
 
@@ -191,8 +212,10 @@ class SlicerConfig:
     memory_reserve_mib: int = setting(
         1024, "MiB of each card's memory no TDM slice may take (the driver's and CUDA contexts' share)", between(0, 1 << 20)
     )
-    cdi_dir: str = setting("/var/run/cdi", "directory the CDI specification of each TDM slice is written to")
-    cdi_vendor: str = setting("runtimekit.io", "the CDI vendor name (a slice is injected as VENDOR/slice=ID)")
+    cdi_dir: str = setting("/var/run/cdi", "directory the CDI specification of each TDM slice is written to", file_path)
+    cdi_vendor: str = setting(
+        "runtimekit.io", "the CDI vendor name (a slice is injected as VENDOR/slice=ID)", cdi_vendor_problem
+    )
     owner_grace_seconds: float = setting(
         60.0, "seconds a pod owner seen on the node may be missing (no container listed by the CRI runtime) before its "
         "slices are reclaimed",
@@ -218,7 +241,7 @@ class TopologyConfig:
     """Topology discovery (``runtimekit.topology``): GPU links from NVML, the PCI hierarchy from sysfs."""
 
     enabled: bool = setting(True, "discover the node's topology (GET /api/v1/topology, runtimekit topo)")
-    sys_root: str = setting("/sys", "the host's sysfs (mount it read-only into the container)")
+    sys_root: str = setting("/sys", "the host's sysfs (mount it read-only into the container)", file_path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,14 +249,14 @@ class ApiConfig:
     """The gRPC API runtimekit.v1 (``runtimekit.api``): the one way in for the container layer."""
 
     enabled: bool = setting(True, "serve the gRPC API")
-    socket: str | None = setting(None, "the unix socket, mode 0600 (None: STATE_DIR/runtimekit.sock)")
+    socket: str | None = setting(None, "the unix socket, mode 0600 (None: STATE_DIR/runtimekit.sock)", file_path)
     tcp_listen: str | None = setting(
         None, "HOST:PORT for gRPC over TCP, TLS only, from the web configuration file (None: unix socket only)",
         listen_address,
     )
     web_config_file: str | None = setting(
         None, "the TCP port's web configuration file (TLS, client certificates, basic auth users; None: "
-        "listener.web_config_file); it must have a tls_server_config",
+        "listener.web_config_file); it must have a tls_server_config", file_path,
     )
 
 
@@ -244,7 +267,7 @@ class Config:
     listen: str = setting(
         f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT for /metrics, /healthz, /readyz and the API", listen_address
     )
-    state_dir: str = setting("/var/lib/runtimekit", "directory for state that must survive restarts")
+    state_dir: str = setting("/var/lib/runtimekit", "directory for state that must survive restarts", file_path)
     log_level: str = setting("info", "logging threshold", allowed=("debug", "info", "warning", "error"))
     sampling: SamplingConfig = section(SamplingConfig)
     exporter: ExporterConfig = section(ExporterConfig)

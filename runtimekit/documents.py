@@ -4,6 +4,8 @@ Every configuration file, state file and request payload goes through ``load_yam
 ``load_json``. Both refuse, with a ``DocumentError`` naming the document (``what``: a path, a
 flag, a request body) and the rule broken:
 
+- **file type**: anything but a regular file (a FIFO, a device, a directory), refused without
+  waiting: opening a FIFO no one writes blocks for good, and a device may act on being opened;
 - **size**: more than ``max_bytes`` bytes (checked before parsing; ``read_bounded`` reads at most
   one byte more than the cap, so a huge file is never read whole);
 - **encoding**: bytes that are not UTF-8 (the offset of the first bad byte);
@@ -37,9 +39,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
@@ -81,12 +85,38 @@ class DocumentError(ValueError):
 
 
 def read_bounded(path: str | Path, *, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The bytes of the file at ``path``, reading at most ``max_bytes + 1`` of them: DocumentError
-    when the file is larger than ``max_bytes``; OSError (unreadable) is left to the caller."""
-    with open(path, "rb") as stream:
+    """The bytes of the regular file at ``path`` (``_open_regular``), at most ``max_bytes + 1`` of them
+    read: DocumentError when larger than ``max_bytes``; OSError (unreadable) is left to the caller."""
+    with _open_regular(path, what=what) as stream:
         data = stream.read(max_bytes + 1)
     _check_size(data, what, max_bytes)
     return data
+
+
+def _open_regular(path: str | Path, *, what: str) -> BinaryIO:
+    """The file at ``path`` open for reading, if a regular file after symbolic links; else, never
+    waiting, DocumentError ``"<what>: not a regular file (a FIFO)"`` (or for a path with a NUL byte).
+    Checked before opening and again on the descriptor, opened O_NONBLOCK (a FIFO swapped in between
+    must not block either); OSError (missing, unreadable) is left to the caller."""
+    if "\0" in os.fspath(path):
+        raise DocumentError(what.replace("\0", "\\0"), "not a path: it holds a NUL byte")
+    _check_regular(os.stat(path).st_mode, what)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        _check_regular(os.fstat(descriptor).st_mode, what)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _check_regular(mode: int, what: str) -> None:
+    """DocumentError naming what the file is unless ``mode`` (``st_mode``) is a regular file's."""
+    if not stat.S_ISREG(mode):
+        kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+                 stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+        raise DocumentError(what, f"not a regular file ({kinds.get(stat.S_IFMT(mode), 'of an unknown type')})")
 
 
 def load_yaml(

@@ -112,9 +112,13 @@ class Listener:
         """``http://HOST:PORT`` (``https://`` with TLS) of the first listening socket (the bound
         port when 0 was asked)."""
         host, port = self._sockets[0].getsockname()[:2]
-        loaded = self._guard.loaded()
-        scheme = "https" if loaded is not None and loaded.ssl_context is not None else "http"
+        scheme = "https" if self._serves_tls() else "http"
         return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+    def _serves_tls(self) -> bool:
+        """Does a new connection get TLS now (the web configuration file as last read)?"""
+        loaded = self._guard.loaded()
+        return loaded is not None and loaded.ssl_context is not None
 
     async def start(self, host: str, port: int) -> None:
         """Bind ``host:port`` (every address it resolves to) and start accepting; OSError when taken."""
@@ -218,14 +222,16 @@ class Listener:
                         self._descriptors, self.open_connections, ACCEPT_RETRY_SECONDS)
 
     def _make_room(self) -> bool:
-        """At the cap: close the connection longest idle, else the one longest in its TLS handshake,
-        else the one longest waiting for its request headers (a new connection is the last to go: a
-        scraper's request is read before many more arrive), else for its body. True when one was
-        closed, False (refused) when every one is handling a request."""
+        """At the cap: close the connection longest idle, else the one longest in its TLS handshake (on
+        plain HTTP: accepted, its transport not made yet), else the one longest waiting for its request
+        headers (a new connection is the last to go: a scraper's request is read before many more
+        arrive), else for its body. True when one was closed, False (refused) when every one is
+        handling a request."""
         for phase in EVICTION_ORDER:
             if phase is Phase.HEADERS and self._adopting:  # a TLS handshake under way goes first
+                setting_up = "in its TLS handshake" if self._serves_tls() else "accepted but not yet started"
                 self._note(self._at_cap, "evicted", f"{self.max_connections} connections open (max_connections): "
-                           "closed the one longest in its TLS handshake for a new one")
+                           f"closed the one longest {setting_up} for a new one")
                 handshake = next(iter(self._adopting))
                 del self._adopting[handshake]
                 handshake.cancel()  # asyncio closes its socket

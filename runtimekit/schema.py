@@ -348,13 +348,17 @@ def _join(path: str, key: str) -> str:
 
 # -- a listen address, as both services take it -----------------------------------------------------
 
+#: A port as digits 0-9 (``str.isdigit`` is true of ``²`` and ``٣`` too, which ``int`` refuses or reads).
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
 def listen_address(value: str) -> str | None:
     """The rule ``value`` breaks as a listen address, or None (``check_value`` adds the value)."""
     host, sep, port = value.rpartition(":")
     if not sep or not host:
         return "must be HOST:PORT"
     host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not _PORT.fullmatch(port) or not 0 <= int(port) <= 65535:
         return f"port must be a number 0..65535 (it is {port!r})"
     if host not in ("localhost",) and not _is_hostname(host):
         return f"host must be an IP address or a hostname (it is {host!r})"
@@ -375,4 +379,14 @@ def _is_hostname(host: str) -> bool:
         ipaddress.ip_address(host)
         return True
     except ValueError:
-        return all(part and part.replace("-", "").isalnum() for part in host.split("."))
+        return host.isascii() and all(part and part.replace("-", "").isalnum() for part in host.split("."))
+
+
+# -- a path, as every path-valued key takes it -------------------------------------------------------
+
+def file_path(value: str) -> str | None:
+    """The rule ``value`` breaks as a path (of a file, a folder or a socket), or None: it may not be
+    empty (that would be the current directory, or nothing) nor hold a NUL byte (no system call takes one)."""
+    if not value or "\0" in value:
+        return "must be a path: not empty, without a NUL byte"
+    return None

@@ -34,7 +34,7 @@ from runtimekit.schema import ConfigError
 from .basic import BasicAuthChecker
 from .model import TlsServerConfig, WebConfig, WebConfigError
 from .source import Loaded, WebConfigSource
-from .tls import san_allowed
+from .tls import read_tls_file, san_allowed
 
 log = logging.getLogger("runtimekit.webconfig")
 
@@ -58,15 +58,8 @@ def grpc_problem(tls: TlsServerConfig) -> str | None:
 
 
 def _certificate_configuration(tls: TlsServerConfig) -> Any:
-    def read(path: str, key: str) -> bytes:
-        try:
-            with open(path, "rb") as handle:
-                return handle.read()
-        except OSError as error:
-            raise ConfigError(f"tls_server_config.{key}: cannot read {path}: {error.strerror or error}") from None
-
-    pair = (read(tls.key_file, "key_file"), read(tls.cert_file, "cert_file"))
-    ca = read(tls.client_ca_file, "client_ca_file") if tls.client_ca_file else (
+    pair = (read_tls_file("key_file", tls.key_file), read_tls_file("cert_file", tls.cert_file))
+    ca = read_tls_file("client_ca_file", tls.client_ca_file) if tls.client_ca_file else (
         tls.client_ca.encode() if tls.client_ca else None)
     return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
 

@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from runtimekit.documents import DocumentError, load_yaml_file
-from runtimekit.schema import ConfigError, Key, check_shape
+from runtimekit.schema import ConfigError, Key, check_shape, file_path
 
 #: client_auth_type values we honour (Go's crypto/tls names), each with what it asks of a client.
 CLIENT_AUTH_TYPES = {
@@ -57,14 +57,24 @@ HEADERS: Mapping[str, tuple[str, ...] | None] = MappingProxyType({
     "Content-Security-Policy": None,
 })
 #: A bcrypt hash: $2a$, $2b$ or $2y$ (htpasswd writes $2y$), a two-digit cost 04..31, 53 characters.
-_BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+#: Digits are [0-9], never ``\d``: that matches every Unicode digit (``٠٤``), which no hash holds.
+_BCRYPT = re.compile(r"\$2[aby]\$([0-9][0-9])\$[./A-Za-z0-9]{53}")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _path_or_unset(value: str) -> str | None:
+    """The rule of every path-valued key (``runtimekit.schema.file_path``), where an empty value
+    means unset, as exporter-toolkit reads it."""
+    return file_path(value) if value else None
+
+
+_PATH = Key(str, None, "", _path_or_unset)
 
 _SHAPE = {
     "tls_server_config?": {
         "cert?": str, "key?": str, "client_ca?": str,
-        "cert_file?": str, "key_file?": str, "client_ca_file?": str,
+        "cert_file?": _PATH, "key_file?": _PATH, "client_ca_file?": _PATH,
         "client_auth_type?": Key(str, None, "", allowed=(*CLIENT_AUTH_TYPES, *UNVERIFIED_CLIENT_AUTH)),
         "min_version?": Key(str, None, "", allowed=TLS_VERSIONS),
         "max_version?": Key(str, None, "", allowed=TLS_VERSIONS),

@@ -24,7 +24,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 
-from runtimekit.schema import ConfigError
+from runtimekit.schema import ConfigError, shown
 
 from .model import WebConfig, WebConfigError, read_web_config
 from .protection import Protection
@@ -48,14 +48,18 @@ class Loaded:
 
 def load_web_config(path: str, key: str) -> tuple[WebConfig, ssl.SSLContext | None]:
     """Read ``path`` and build its TLS context (None without TLS); ``WebConfigError`` naming
-    ``key``, the file and the rule otherwise. What a service checks before it starts."""
-    config = read_web_config(path, key)
-    if config.tls is None:
-        return config, None
+    ``key``, the file and the rule otherwise, and nothing else: what a service checks before it
+    starts, and what each reload does (an exception escaping there would drop every connection)."""
     try:
-        return config, server_context(config.tls)
+        config = read_web_config(path, key)
+        return config, None if config.tls is None else server_context(config.tls)
+    except WebConfigError:
+        raise
     except ConfigError as error:
         raise WebConfigError(f"{key}: {path}: {error}") from None
+    except Exception as error:  # not expected (each rule is checked): still one line, never a traceback
+        log.debug("reading %s", path, exc_info=True)
+        raise WebConfigError(f"{key}: {path}: cannot be used ({type(error).__name__}: {shown(str(error))})") from None
 
 
 class WebConfigSource:

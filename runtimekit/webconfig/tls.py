@@ -20,6 +20,7 @@ import ssl
 from collections.abc import Iterable
 from typing import Any
 
+from runtimekit.documents import DocumentError, read_bounded
 from runtimekit.schema import ConfigError
 
 from .model import TlsServerConfig
@@ -69,9 +70,13 @@ def server_context(tls: TlsServerConfig) -> ssl.SSLContext:
     context.maximum_version = VERSIONS[tls.max_version]
     for key, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file), ("client_ca_file", tls.client_ca_file)):
         if path is not None:
-            _check_readable(key, path)
+            read_tls_file(key, path)
     try:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_pass_phrase)
+    except _Encrypted:
+        raise ConfigError(f"tls_server_config.key_file: {tls.key_file} is encrypted (it asks for a pass phrase, "
+                          "which cannot be given here); give the key unencrypted (openssl pkey -in KEY -out "
+                          "PLAIN.key)") from None
     except (ssl.SSLError, OSError) as error:
         raise ConfigError(f"tls_server_config.cert_file: cannot use {tls.cert_file} with key_file {tls.key_file} "
                           f"({_reason(error)})") from None
@@ -94,12 +99,26 @@ def server_context(tls: TlsServerConfig) -> ssl.SSLContext:
     return context
 
 
-def _check_readable(key: str, path: str) -> None:
+class _Encrypted(Exception):
+    """Raised by ``_no_pass_phrase``: OpenSSL asked for the key's pass phrase."""
+
+
+def _no_pass_phrase() -> bytes:
+    """The password callback of ``load_cert_chain``: without one, OpenSSL would prompt on the
+    terminal (``Enter PEM pass phrase:``) and wait; an encrypted key is refused instead."""
+    raise _Encrypted
+
+
+def read_tls_file(key: str, path: str) -> bytes:
+    """The bytes of the certificate, key or CA file ``path`` (``tls_server_config.<key>``): a regular
+    file only, checked without waiting (a FIFO would block the TLS library's own open for good);
+    ConfigError naming the key otherwise."""
     try:
-        with open(path, "rb"):
-            pass
+        return read_bounded(path, what=path)
     except OSError as error:
         raise ConfigError(f"tls_server_config.{key}: cannot read {path}: {error.strerror or error}") from None
+    except DocumentError as error:
+        raise ConfigError(f"tls_server_config.{key}: {error}") from None
 
 
 def _reason(error: BaseException) -> str:

@@ -36,6 +36,9 @@ RULES: dict[str, str] = {
     "runtimekit.schema.listen_address": "HOST:PORT: an IP address or a hostname ([::1]:PORT for IPv6), a port 0..65535",
     "runtimekit.config._collectors": "collector name -> true or false (the names: the metrics reference)",
     "runtimekit.config._regex": "a regular expression Python's re compiles",
+    "runtimekit.config.cdi_vendor_problem": "a CDI vendor: a lower-case DNS subdomain starting with a letter, at most "
+    "253 characters (the kind VENDOR/slice and the annotation keys VENDOR/slice-id name it)",
+    "runtimekit.schema.file_path": "a path: not empty, without a NUL byte",
     "runtimekit.kube.deviceplugin.config._absolute": "an absolute path",
     "runtimekit.kube.deviceplugin.config._mig_prefix": "with a profile appended (PREFIX1g.10gb), an extended resource name",
     "runtimekit.kube.deviceplugin.config._cdi_kind": "a CDI kind: vendor/class",
