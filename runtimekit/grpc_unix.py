@@ -18,8 +18,10 @@ Server side (the simulator's fake kubelet and CRI runtime, ``runtimekit.sim``):
 - ``private_socket``: every socket a server here creates is mode 0600 from the moment anyone can
   reach it, whatever the process umask: gRPC binds it inside a fresh directory of mode 0700
   (``tempfile.mkdtemp``) next to the final path, where only our user can reach it; it is chmod-ed
-  to 0600 there, then renamed onto the final path (a rename keeps the bound socket; clients find it
-  under the new name). The umask is never touched (other threads create files meanwhile).
+  to 0600 there, then hard-linked at the final path and its private name removed (the link keeps
+  the bound socket; clients find it under the new name; unlike a rename, a link never replaces a
+  socket another server published meanwhile). The umask is never touched (other threads create
+  files meanwhile).
 
 A base module: it imports grpc only, never the simulator or the agent's parts. Blocking: none;
 everything runs on the event loop (grpc.aio). Sources: gRPC naming (``unix:path`` targets,
@@ -361,9 +363,14 @@ _Identity = tuple[int, int]  # (st_dev, st_ino) of a socket file
 
 def publish_socket(bound: str, path: str) -> _Identity:
     """Give the socket bound at ``bound`` (``private_socket``) mode 0600 and move it to ``path``;
-    returns its identity there, for ``remove_own_socket``."""
+    returns its identity there, for ``remove_own_socket``. A hard link, not a rename, so that a
+    socket another server published there meanwhile is never replaced: ``SocketInUse`` then."""
     os.chmod(bound, SOCKET_MODE)
-    os.rename(bound, path)
+    try:
+        os.link(bound, path)
+    except FileExistsError:
+        raise SocketInUse(f"{path}: another server put a socket there while this one started; not replacing it") from None
+    os.unlink(bound)
     published = os.lstat(path)
     return published.st_dev, published.st_ino
 

@@ -57,6 +57,9 @@ def server_options(policy: ListenerConfig) -> list[tuple[str, int]]:
         ("grpc.server_handshake_timeout_ms", int(policy.header_timeout_seconds * 1000)),
         ("grpc.max_connection_idle_ms", int(policy.keepalive_timeout_seconds * 1000)),
         ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+        # gRPC core sets SO_REUSEPORT by default on Linux: a second agent could then bind the same
+        # TCP port and share its connections. Off, a port another process holds fails the bind.
+        ("grpc.so_reuseport", 0),
     ]
 
 
@@ -66,7 +69,8 @@ _ANY_HOST = ("", "0.0.0.0", "::")
 def check_tcp_listen(address: str, http_listen: str) -> None:
     """Refuse, before anything starts, an ``api.tcp_listen`` the gRPC port could not be served at:
     the port of the agent's own HTTP ``listen`` (on the same host, or either on every address),
-    or a port another process holds now (tried with a bind, SO_REUSEADDR as gRPC binds it; port 0
+    or a port another process holds now (tried with a bind, SO_REUSEADDR and no SO_REUSEPORT, as the
+    server binds it; port 0
     is any free port). ValueError naming the key and the rule: the API's start would otherwise
     fail again at every restart of its component."""
     host, port = parse_listen(address)

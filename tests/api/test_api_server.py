@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimekit.api import SERVICE_NAME, ApiServer
 from runtimekit.api.server import check_tcp_listen
-from runtimekit.grpc_unix import SocketInUse, socket_answers
+from runtimekit.grpc_unix import SocketInUse, private_socket, publish_socket, socket_answers
 
 
 async def test_the_socket_is_mode_0600_whatever_the_umask(short_dir: Path) -> None:
@@ -140,3 +140,18 @@ def test_a_tcp_port_held_by_another_process_or_the_http_listener_is_refused_befo
         with pytest.raises(ValueError, match="the agent's own HTTP listen address .* takes that port"):
             check_tcp_listen(f"127.0.0.1:{taken}", http)
     check_tcp_listen("127.0.0.1:0", "127.0.0.1:9445")  # any free port
+
+
+def test_publishing_never_replaces_a_socket_published_meanwhile(short_dir: Path) -> None:
+    """Two agents starting at once both find the path free; the second one to publish must not
+    hide the first's socket (a rename would replace it)."""
+    path = str(short_dir / "api.sock")
+    first = socket.socket(socket.AF_UNIX)
+    first.bind(path)
+    first.listen()
+    with private_socket(path) as bound, socket.socket(socket.AF_UNIX) as second:
+        second.bind(bound)
+        with pytest.raises(SocketInUse, match="another server put a socket there"):
+            publish_socket(bound, path)
+    assert socket_answers(path)
+    first.close()
