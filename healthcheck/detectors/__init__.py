@@ -39,7 +39,7 @@ from .thermal_power import thermal_power
 DURABLE: dict[str, tuple[str, ...]] = {
     "lost_card": ("known",),  # the GPUs the node is known to have (by UUID, index and bus id)
     "driver": ("bursts",),  # application-XID bursts of the last app_xid_window_seconds
-    "ecc": ("base", "pending", "explained"),  # the judged uncorrected-ECC baseline (contained errors)
+    "ecc": ("base", "pending", "after", "explained"),  # the judged uncorrected-ECC baseline (contained errors)
 }
 
 DETECTORS: tuple[Detector, ...] = (

@@ -13,9 +13,10 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
   from the event thread, the counters from the sampler, so a jump seen first waits up to the
   window for its XID before it is judged; a counter that went down was a reset (the baseline
   follows it), never a fault. The first reading of a GPU is judged from 0 (nothing explained
-  errors counted before the agent knew the GPU); a reading from the other counter than the
-  baseline's (volatile unreadable for a sample, so aggregate, or back) is a new baseline, never
-  a jump (the lifetime count is not new errors). The baseline is part of the detector state the
+  errors counted before the agent knew the GPU). A GPU is judged on its baseline's counter only:
+  volatile unreadable for a sample leaves that sample unjudged (the aggregate, a lifetime count,
+  is never compared with a volatile baseline); aggregate is used only where volatile was not
+  readable when the GPU was first seen. The baseline is part of the detector state the
   store persists, so an agent restart does not re-judge a contained error.
 - ``ecc_uncontained`` (critical): XID 95 or 140.
 - ``row_remap_pending`` (warning, drain_and_reset_gpu, gpu_reset, schedulable): the remapper has a
@@ -33,8 +34,9 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 Correctable (single-bit) counts are trend data for the exporter, not a fault (§6: Info).
 
 State (JSON-friendly, persisted by the store): ``base`` {uuid: [counter, value]} the last judged
-uncorrected count; ``pending`` {uuid: [since, from, to, counter, after]} a jump seen at the sample
-of ``since``, made after the sample of ``after`` (a state saved without it: ``since``), waiting for its XID;
+uncorrected count; ``pending`` {uuid: [since, from, to, counter]} a jump seen at the sample of
+``since``, waiting for its XID; ``after`` {uuid: time} the sample before that jump (the jump happened
+after it; a state saved without it: ``since``);
 ``explained`` {uuid: [received_at, ...]} recent XIDs that explain a jump.
 """
 
@@ -60,11 +62,12 @@ def _retires_pages(gpu: Any) -> bool:
     return not has_rows and pages is not None and available(pages.pending)
 
 
-def _uncorrected(gpu: GpuSnapshot) -> tuple[str, int] | None:
-    """(counter name, uncorrected count): volatile where readable, else aggregate; None if neither."""
+def _uncorrected(gpu: GpuSnapshot, counter: str | None) -> tuple[str, int] | None:
+    """(counter name, uncorrected count) of ``counter``, the baseline's; with no baseline yet,
+    volatile where readable, else aggregate. None when that counter is unreadable now."""
     if gpu.ecc is None:
         return None
-    for name in ("uncorrected_volatile", "uncorrected_aggregate"):
+    for name in (counter,) if counter else ("uncorrected_volatile", "uncorrected_aggregate"):
         value = getattr(gpu.ecc, name)
         if available(value):
             return name, int(value)
@@ -76,6 +79,7 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
     """Judge uncorrected-counter jumps against the XIDs that explain them."""
     base = {u: list(v) for u, v in (state.get("base") or {}).items()}
     pending = {u: list(v) for u, v in (state.get("pending") or {}).items()}
+    after = {u: float(t) for u, t in (state.get("after") or {}).items() if u in pending}
     explained = {u: [float(t) for t in ts] for u, ts in (state.get("explained") or {}).items()}
     policy = default_policy()
     for event in data.xids:
@@ -87,14 +91,11 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
 
     before = previous_by_uuid(data.previous)
     for uuid, gpu in gpus.items():
-        reading = _uncorrected(gpu)
+        known = base.get(uuid)
+        reading = _uncorrected(gpu, str(known[0]) if known else None)
         if reading is None:
             continue
         counter, value = reading
-        known = base.get(uuid)
-        if known is not None and known[0] != counter:  # the other counter: a new baseline, not a jump
-            base[uuid] = [counter, value]
-            continue
         was = int(known[1]) if known else 0
         if value < was:  # a reset (or a driver reload) zeroed the volatile count
             base[uuid] = [counter, value]
@@ -103,17 +104,17 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
             held = pending.get(uuid)
             if held is None:
                 old = before.get(uuid)
-                after = old.sampled_at if old is not None and old.sampled_at < gpu.sampled_at else gpu.sampled_at
-                pending[uuid] = [gpu.sampled_at, was, value, counter, after]
+                pending[uuid] = [gpu.sampled_at, was, value, counter]
+                after[uuid] = old.sampled_at if old is not None and old.sampled_at < gpu.sampled_at else gpu.sampled_at
             else:
                 held[2] = value
         elif known is None:
             base[uuid] = [counter, value]
 
     findings = []
-    for uuid, (since, was, value, counter, *rest) in list(pending.items()):
-        after = float(rest[0]) if rest else since
-        if explains(uuid, after, since):
+    for uuid, (since, was, value, counter) in list(pending.items()):
+        start = after.get(uuid, since)
+        if explains(uuid, start, since):
             base[uuid] = [counter, value]
             del pending[uuid]
         elif data.now - since >= window:
@@ -122,17 +123,18 @@ def _counters(state: dict[str, Any], data: DetectorInput, gpus: dict[str, GpuSna
                 findings.append(finding(
                     judged, "ecc_uncorrectable",
                     f"uncorrected ECC errors ({counter.replace('_', ' ')}) {int(was)} → {int(value)} between "
-                    f"{clock(after)} and {clock(since)} with no contained-error XID 94 (nor XID 48/95/140) "
+                    f"{clock(start)} and {clock(since)} with no contained-error XID 94 (nor XID 48/95/140) "
                     f"within {window:g} s of them",
                 ))
             base[uuid] = [counter, value]
             del pending[uuid]
+    after = {uuid: t for uuid, t in after.items() if uuid in pending}
     # An XID is kept while it may still explain a jump: one the next sample sees happened after
     # the latest sample, and a held one after its own ``after``.
-    kept_from = [gpu.sampled_at for gpu in gpus.values()] + [float(held[4] if len(held) > 4 else held[0]) for held in pending.values()]
+    kept_from = [gpu.sampled_at for gpu in gpus.values()] + [after.get(uuid, held[0]) for uuid, held in pending.items()]
     horizon = min([data.now, *kept_from]) - window
     explained = {u: kept for u, ts in explained.items() if (kept := [t for t in ts if t >= horizon])}
-    return {"base": base, "pending": pending, "explained": explained}, findings
+    return {"base": base, "pending": pending, "after": after, "explained": explained}, findings
 
 
 def ecc(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:

@@ -276,12 +276,17 @@ def test_a_contained_error_is_explained_by_its_xid_at_any_sampling_interval(inte
 
 
 def test_one_unreadable_volatile_count_is_not_a_jump_of_the_lifetime_count() -> None:
-    """The volatile count unreadable for one sample: the aggregate (lifetime) count stands in, and
-    its errors of long ago are not new ones (they used to be judged from 0: critical)."""
+    """The volatile count unreadable for one sample: that sample is not judged; the aggregate
+    (lifetime) count, with its errors of long ago, never stands in for it (it used to be judged from
+    0: critical). A jump across the unreadable sample is still one."""
     volatile = [0, NA, 0, 0]
     _, per_sample = run_sequence(ecc, series(lambda i, at: (with_(
         make_gpu(0, at=at), "ecc", uncorrected_volatile=volatile[i], uncorrected_aggregate=1),), 4))
     assert per_sample == [[], [], [], []]
+    volatile = [0, NA, 2, 2, 2]
+    _, per_sample = run_sequence(ecc, series(lambda i, at: (with_(
+        make_gpu(0, at=at), "ecc", uncorrected_volatile=volatile[i], uncorrected_aggregate=7),), 5))
+    assert [faults(found) for found in per_sample] == [set(), set(), set(), {(0, "ecc_uncorrectable")}, set()]
 
 
 def test_xid_48_is_uncorrectable_at_once_and_explains_its_counter_jump() -> None:
