@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["cannot_write", "is_locked"]
+__all__ = ["cannot_write", "is_locked", "unwritable_message"]
 
 # Primary result codes that say "this process may not write the file", not "not a database".
 _CANNOT_WRITE = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_AUTH)
@@ -23,3 +23,9 @@ def is_locked(error: sqlite3.Error) -> bool:
 def cannot_write(error: sqlite3.Error) -> bool:
     """Is this sqlite3 error a refusal to write the file (read-only, no permission)?"""
     return ((getattr(error, "sqlite_errorcode", None) or 0) & 0xFF) in _CANNOT_WRITE
+
+
+def unwritable_message(path: object, error: sqlite3.Error) -> str:
+    """What to say of a database this process may not write (``cannot_write``): what to do."""
+    return (f"{path}: cannot write it ({error}): run as the user that owns it, or make it and its folder "
+            "writable; nothing was changed")

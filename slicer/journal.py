@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from runtimekit.sqlite_errors import cannot_write
+from runtimekit.sqlite_errors import cannot_write, unwritable_message
 from runtimekit.state.slices import DeviceSelector, Owner, SliceMode, SliceSpec, SliceState
 
 FILE_NAME = "slicer.db"
@@ -200,8 +200,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as error:
         conn.close()
         if cannot_write(error):  # its slices are still there: never advise moving it aside
-            raise JournalError(f"{path}: cannot write it ({error}): run as the user that owns it, or make it and "
-                               "its folder writable; nothing was changed") from error
+            raise JournalError(unwritable_message(path, error)) from error
         raise JournalError(f"{path}: not a usable slicer journal ({error}); move it aside to start afresh") from error
     except JournalError:
         conn.close()

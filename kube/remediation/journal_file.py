@@ -26,7 +26,7 @@ import sqlite3
 from pathlib import Path
 
 from runtimekit.process_lock import LockHeld, hold_lock
-from runtimekit.sqlite_errors import cannot_write, is_locked
+from runtimekit.sqlite_errors import cannot_write, is_locked, unwritable_message
 
 BUSY_SECONDS = 2.0  # the longest a statement waits for another writer's lock (sqlite busy timeout)
 TABLES = ("alerts", "actions", "breaker")
@@ -52,8 +52,7 @@ class JournalUnwritable(JournalError):
 
 def unwritable_error(path: str | Path, error: sqlite3.Error) -> JournalUnwritable:
     """The error for a journal this process may not write, saying what to do."""
-    return JournalUnwritable(f"{path}: cannot write it ({error}): run as the user that owns it, or make it and its "
-                             "folder writable; nothing was changed")
+    return JournalUnwritable(unwritable_message(path, error))
 
 
 def _open_error(path: str | Path, error: sqlite3.Error) -> JournalError:
