@@ -40,6 +40,7 @@ import aiohttp
 from aiohttp import web
 
 from runtimekit.documents import DocumentError, load_json
+from runtimekit.json_requests import not_declared_json
 from runtimekit.schema import ConfigError
 from runtimekit.state.health import ACTIONS
 from runtimekit.webconfig import GUARD
@@ -82,12 +83,10 @@ async def json_errors(request: web.Request, handler: Callable[[web.Request], Any
 
 async def post_alerts(request: web.Request) -> web.Response:
     config, counters = request.app[CONFIG], request.app[COUNTERS]
-    if request.content_type != "application/json":
-        # What Alertmanager sends. Anything else is refused before the body is read: a browser may
-        # post text/plain across sites without asking first, with credentials it holds for this host.
+    refused = not_declared_json(request)  # what Alertmanager sends; refused before the body is read
+    if refused is not None:
         counters["rejected_415"] += 1
-        return _error(415, f"Content-Type: must be application/json (what Alertmanager's webhook sends), "
-                           f"got {request.headers.get('Content-Type', '(none)')[:100]!r}")
+        return _error(415, refused)
     try:  # a declared Content-Length over max_body_bytes was refused by the guard already
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past it

@@ -55,6 +55,7 @@ from typing import Any, Literal, overload
 from aiohttp import web
 
 from runtimekit.documents import DocumentError, load_json
+from runtimekit.json_requests import not_declared_json
 
 from .faults import FAULT_KINDS, FaultError
 from .host import SimulatedHost
@@ -85,20 +86,13 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-_JSON = "application/json"
 _CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})  # methods a cross-site page could send
 
 
 def _content_type_error(request: web.Request) -> str | None:
-    """Why ``request`` may not change anything (None: it may): a request that changes state must be
-    declared JSON, which no web page can send cross-site without a CORS preflight the control
-    API never answers (Fetch standard, "CORS-safelisted request-header": only form and text/plain
-    bodies, or none, go without one)."""
-    if request.method not in _CHANGING or request.content_type == _JSON:
-        return None
-    given = request.headers.get("Content-Type")
-    return (f"Content-Type: got {given!r}; must be {_JSON} on every {request.method} of the control API, "
-            "with a body or without (a web page cannot send that cross-site without a CORS preflight)")
+    """Why ``request`` may not change anything (None: it may): every request that changes state,
+    with a body or without, must be declared JSON (``runtimekit.json_requests``)."""
+    return not_declared_json(request) if request.method in _CHANGING else None
 
 
 def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
