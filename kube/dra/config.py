@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimekit.config import cdi_vendor_problem
 from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
 from runtimekit.kube.k8s_names import SUBDOMAIN, node_name_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
@@ -46,9 +47,12 @@ def _driver_name(value: str) -> str | None:
 
 
 def _cdi_kind(value: str) -> str | None:
+    """A CDI kind VENDOR/CLASS: the vendor by the slicer's rule (``cdi_vendor_problem``), the class
+    1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric."""
     vendor, slash, cdi_class = value.partition("/")
-    if not slash or not SUBDOMAIN.fullmatch(vendor) or not _CDI_CLASS.fullmatch(cdi_class):
-        return "a CDI kind is VENDOR/CLASS: a DNS subdomain, then 1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric"
+    if not slash or cdi_vendor_problem(vendor) is not None or not _CDI_CLASS.fullmatch(cdi_class):
+        return ("a CDI kind is VENDOR/CLASS: a lower-case DNS subdomain starting with a letter, then 1-63 of "
+                "A-Z a-z 0-9 - _ . starting and ending alphanumeric")
     return None
 
 
