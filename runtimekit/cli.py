@@ -186,7 +186,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
             load_thresholds(config.health.thresholds)  # a bad thresholds file is a usage error too
         check_state_dir(config.state_dir)  # state that could never be persisted is refused, not lived with
-        if config.api.enabled:
+        lock_state_dir(config.state_dir)  # held until the process ends: one agent per state directory
+        if config.api.enabled:  # after the lock: a second agent on this state directory is named as that
             from runtimekit.grpc_unix import check_server_socket
 
             check_server_socket(config.api_socket, "api.socket")  # a path it could never serve at: refused now
@@ -194,7 +195,6 @@ def _run_serve(args: argparse.Namespace) -> int:
                 from runtimekit.api.server import check_tcp_listen
 
                 check_tcp_listen(config.api.tcp_listen, config.listen)  # a port taken: refused now, not every restart
-        lock_state_dir(config.state_dir)  # held until the process ends: one agent per state directory
         if config.slicer.enabled:
             Journal.in_state_dir(config.state_dir).close()  # a corrupt or foreign journal: refused, by name
         if args.sim is not None:
