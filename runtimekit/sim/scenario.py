@@ -66,7 +66,7 @@ __all__ = [
 
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_CPULIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")  # ASCII digits: \d takes any Unicode digit
 _POD_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -237,7 +237,7 @@ def parse_scenario(data: Any, source: str = "<data>") -> Scenario:
             raise ScenarioError(f"{p}.pci_bus_id: duplicate {g['pci_bus_id']}")
         if g["numa_node"] not in numa_ids:
             raise ScenarioError(f"{p}.numa_node: {g['numa_node']} is not in node.numa_nodes")
-        if not _CPULIST.match(g["cpu_affinity"]):
+        if not _CPULIST.fullmatch(g["cpu_affinity"]):
             raise ScenarioError(f"{p}.cpu_affinity: must be a cpu list like 0-55,112-167")
         check_cpulist(f"{p}.cpu_affinity", g["cpu_affinity"])
         for nic in g["nics"]:
@@ -307,7 +307,7 @@ def _numa_nodes(node: dict[str, Any]) -> tuple[NumaNodeSpec, ...]:
         raise ScenarioError("node.sockets: must be >= 1")
     out = []
     for i, n in enumerate(listed):
-        if not _CPULIST.match(n["cpus"]):
+        if not _CPULIST.fullmatch(n["cpus"]):
             raise ScenarioError(f"node.numa_nodes[{i}].cpus: must be a cpu list like 0-55,112-167")
         check_cpulist(f"node.numa_nodes[{i}].cpus", n["cpus"])
         check_between(f"node.numa_nodes[{i}].id", n["id"], 0, MAX_NUMA_NODES - 1,

@@ -89,6 +89,9 @@ _BOUNDS = [
     (lambda m, d: m["clocks_idle_mhz"].update(memory=2700), f"{_H100}.clocks_idle_mhz.memory: got 2700; must be at most clocks_max_mhz.memory"),
     (lambda m, d: d["gpus"][0].update(cpu_affinity="10-2"), "gpus[0].cpu_affinity: range 10-2 goes backwards"),
     (lambda m, d: d["gpus"][3].update(cpu_affinity="0-20000000"), "gpus[3].cpu_affinity: CPU 20000000 is past 8191"),
+    # ASCII digits only, and nothing after the list (a regular expression's \d and $ let both through)
+    (lambda m, d: d["gpus"][2].update(cpu_affinity="\u0663"), "gpus[2].cpu_affinity: must be a cpu list"),
+    (lambda m, d: d["node"]["numa_nodes"][0].update(cpus="0-55\n"), "node.numa_nodes[0].cpus: must be a cpu list"),
     (lambda m, d: d["node"]["numa_nodes"][1].update(cpus="56-9000"), "node.numa_nodes[1].cpus: CPU 9000 is past 8191"),
     (lambda m, d: d["node"]["numa_nodes"][1].update(id=1 << 20), "node.numa_nodes[1].id: got 1048576; must be in 0..1023"),
     (lambda m, d: d["driver"].update(cuda_version=1 << 31), "driver.cuda_version: got 2147483648; must be in 0..2147483647"),
