@@ -10,6 +10,7 @@ most 8192 with MAXSMP, ``NODES_SHIFT`` at most 10; arm64's limits are lower).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .scenario_types import ScenarioError
@@ -62,10 +63,16 @@ def check_model_numbers(path: str, m: dict[str, Any]) -> None:
     check_between(f"{path}.nvlink.link_gbps", m["nvlink"]["link_gbps"], 0, U32, "GB/s per direction")
 
 
+#: A kernel cpu list, "0-55,112-167": ASCII digits (``\d`` takes any Unicode digit), nothing after it.
+_CPULIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")
+
+
 def check_cpulist(path: str, text: str) -> None:
-    """ScenarioError naming ``path`` for a cpu list (already matching "0-55,112-167") with a range
-    that goes backwards or a CPU id past ``MAX_CPUS`` - 1 (no kernel runs that many: an empty or
-    a huge CPU mask otherwise, built on every nvmlDeviceGetCpuAffinity call)."""
+    """ScenarioError naming ``path`` for what is not a cpu list ("0-55,112-167"), or one with a
+    range that goes backwards or a CPU id past ``MAX_CPUS`` - 1 (no kernel runs that many: an empty
+    or a huge CPU mask otherwise, built on every nvmlDeviceGetCpuAffinity call)."""
+    if not _CPULIST.fullmatch(text):
+        raise ScenarioError(f"{path}: must be a cpu list like 0-55,112-167")
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         first, last = int(lo), int(hi or lo)
