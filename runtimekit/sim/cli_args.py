@@ -16,7 +16,7 @@ from typing import Any
 
 from .faults import FAULT_KINDS, FaultError, ParamSpec
 
-__all__ = ["add_fault_arguments", "fault_params_from_args", "fault_options_given", "clear_refusal",
+__all__ = ["add_fault_arguments", "fault_params_from_args", "clear_refusal",
            "add_instance_arguments", "instance_ids_from_args"]
 
 
@@ -67,17 +67,11 @@ def fault_params_from_args(kind: str, args: argparse.Namespace) -> dict[str, Any
     return out
 
 
-def fault_options_given(args: argparse.Namespace) -> list[str]:
-    """The parameter options given on the command line (``--link``, ``--xid``, ...), in the order
-    ``add_fault_arguments`` added them: ``--clear`` refuses them, as it clears a kind whatever its
-    parameters (every link of ``nvlink-down``), and a parameter it ignored would look honoured."""
-    return [f"--{name}" for name in _params() if getattr(args, f"fault_{name}", None) is not None]
-
-
 def clear_refusal(args: argparse.Namespace) -> str | None:
     """Why ``sim inject --clear`` cannot run as given (None: it can): the control API clears a
-    whole kind (or every fault), so a parameter option would be silently ignored."""
-    given = fault_options_given(args)
+    whole kind (or every fault, every link of ``nvlink-down``), so a parameter option (``--link``,
+    ``--xid``, ...) would be silently ignored and look honoured."""
+    given = [f"--{name}" for name in _params() if getattr(args, f"fault_{name}", None) is not None]
     if not given:
         return None
     spec = FAULT_KINDS.get(args.fault) if args.fault else None
