@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
+from runtimekit.healthcheck.detectors import readable_gpus
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
@@ -213,7 +214,7 @@ class HealthChecker:
         machine_input = MachineInput(
             now=now, findings=findings, gpus=identified,
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
-            inventory=sampled and snapshot.nvml_up,
+            inventory=sampled and snapshot.nvml_up, judged=frozenset(uuid for uuid, _ in readable_gpus(snapshot)),
         )
         result = step(self._machine, machine_input)
         self._boot_id_changed = False

@@ -19,7 +19,13 @@ Rules (gpu-faults.md §6, §7):
   node rebooted); ``CLEARS_ON_REBOOT`` only once the boot id changed. Nothing else — in particular
   not an agent restart — clears a fault.
 - Event-only evaluations (an XID between two samples) add and refresh faults but never count as a
-  clean sample: only a new sample can say a signal is gone.
+  clean sample: only a new sample can say a signal is gone. Nor does a sample that could not read
+  the signal: a GPU the detectors could not judge at all (``MachineInput.judged``: NVML down, the
+  GPU lost or absent) keeps its clean-sample faults as they are, and so does a fault a detector
+  marked ``UNREAD`` (``Finding.hold``: its reading unreadable in this sample) — a failed probe
+  never counts as healthy (gpu-faults.md §6). A fault marked ``SEEN_AGAIN`` (its signal back, not
+  yet for its confirming duration) restarts its count, as a finding would, without being raised
+  anew.
 - A fault raised in a MIG instance whose policy scopes it to the instance (``scope: instance``;
   ``ActiveFault.instance_scoped``) is held on the GPU's record (persisted, cleared by its rule like
   any other) but sets neither the GPU's state nor its action: the slice made of that instance
@@ -57,6 +63,7 @@ from runtimekit.healthcheck.types import (
     INFO,
     NONE,
     RECOVERING,
+    SEEN_AGAIN,
     SUSPECT,
     UNHEALTHY,
     WARNING,
@@ -113,7 +120,9 @@ class MachineInput:
     a GPU that left the snapshot keeps its record). ``sampled`` is False for an event-only evaluation (no new
     sample: absence of a finding proves nothing). ``resets`` are the uuids of GPUs with evidence
     of a GPU reset since the previous sample (counters that went backwards); ``boot_id_changed``
-    means the node rebooted since the state was saved (a reboot resets every GPU).
+    means the node rebooted since the state was saved (a reboot resets every GPU). ``judged`` are
+    the uuids of the GPUs whose readings the detectors judged in this sample (None: every GPU);
+    only those count the sample as clean.
     """
 
     now: float
@@ -124,6 +133,11 @@ class MachineInput:
     boot_id_changed: bool = False
     clean_samples: int = 3
     inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
+    judged: frozenset[str] | None = None  # GPUs read in this sample (see above); None: all of them
+
+    def judges(self, uuid: str | None) -> bool:
+        """Whether this evaluation can count a clean sample for the record of ``uuid`` (None: the node)."""
+        return self.sampled and (uuid is None or self.judged is None or uuid in self.judged)
 
 
 def who(index: int | None, uuid: str | None) -> str:
@@ -182,8 +196,8 @@ def step(state: MachineState, data: MachineInput) -> Step:
     counts = dict(state.transitions_total)
 
     def advance(record: Record, findings: list[Finding], reset: bool) -> Record:
-        faults, added, gone = merge_faults(record.faults, findings, data, reset)
         index, uuid = (record.index, record.uuid) if isinstance(record, GpuRecord) else (None, None)
+        faults, added, gone = merge_faults(record.faults, findings, data, reset, data.judges(uuid))
         for fault in added:
             if uuid is None:
                 node_events[(fault.fault, fault.severity)] = node_events.get((fault.fault, fault.severity), 0) + 1
@@ -251,10 +265,11 @@ def _key(fault: ActiveFault) -> FaultKey:
 
 
 def merge_faults(
-    held: tuple[ActiveFault, ...], findings: Iterable[Finding], data: MachineInput, reset: bool
+    held: tuple[ActiveFault, ...], findings: Iterable[Finding], data: MachineInput, reset: bool, judged: bool
 ) -> tuple[tuple[ActiveFault, ...], list[ActiveFault], list[ActiveFault]]:
     """(faults now held, faults that became active or changed severity, faults that cleared): one
-    record's faults (a GPU's, the node's, a slice's) after this evaluation's ``findings``."""
+    record's faults (a GPU's, the node's, a slice's) after this evaluation's ``findings``. ``judged``:
+    this evaluation read the record's signals, so a fault without a finding counts a clean sample."""
     faults: dict[FaultKey, ActiveFault] = {}
     gone: list[ActiveFault] = []
     for h in held:  # 1. what a reset or reboot clears (before this evaluation's findings)
@@ -264,9 +279,16 @@ def merge_faults(
             faults[_key(h)] = h
     before = dict(faults)
     seen: set[FaultKey] = set()
+    unread: set[FaultKey] = set()
     added: dict[FaultKey, ActiveFault] = {}
     for f in findings:  # 2. this evaluation's findings: add or refresh
         key = (f.fault, f.gpu_instance_id)
+        if f.hold:  # a mark: nothing raised; a fault held is not cleared by this sample
+            unread.add(key)
+            held_now = faults.get(key)
+            if f.hold == SEEN_AGAIN and held_now is not None and held_now.clean_samples:
+                faults[key] = replace(held_now, clean_samples=0)  # the signal is back: the count starts again
+            continue
         prior = faults.get(key)
         if key in seen and prior is not None and _rank(f.severity) <= _rank(prior.severity):
             continue  # two findings of one fault: keep the worse
@@ -281,9 +303,9 @@ def merge_faults(
             added[key] = faults[key]
         else:
             added.pop(key, None)
-    if data.sampled:  # 3. a new sample without the signal counts towards clearing
+    if judged:  # 3. a new sample that read the signal and did not find it counts towards clearing
         for key, h in list(faults.items()):
-            if key in seen or h.clears != CLEARS_WHEN_CLEAN:
+            if key in seen or key in unread or h.clears != CLEARS_WHEN_CLEAN:
                 continue
             if h.clean_samples + 1 >= data.clean_samples:
                 gone.append(h)

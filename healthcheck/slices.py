@@ -141,7 +141,8 @@ def step_slices(
         previous = records.get(slice_id, SliceRecord(since=data.now))
         card = machine.gpus.get(slice_.gpu.uuid)
         reset = data.boot_id_changed or slice_.gpu.uuid in data.resets
-        held, _, gone = merge_faults(previous.faults, by_slice.get(slice_id, ()), data, reset)
+        held, _, gone = merge_faults(previous.faults, by_slice.get(slice_id, ()), data, reset,
+                                     data.judges(slice_.gpu.uuid))
         own = (*instance_faults(card, slice_), *held)
         state = max(state_of(own, previous.state), card.state if card is not None and not card.retired else HEALTHY,
                     key=STATE_ORDER.__getitem__)

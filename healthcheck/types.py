@@ -45,6 +45,9 @@ from runtimekit.state.health import (  # noqa: F401 - re-exported: the detectors
 )
 from runtimekit.state.slices import SliceTable
 
+UNREAD = "unread"  # Finding.hold: the signal could not be read in this sample
+SEEN_AGAIN = "seen_again"  # Finding.hold: the signal is back, not yet confirmed
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -63,6 +66,14 @@ class Finding:
     fewer GPUs than the node is known to have, the checker failing, a lost GPU whose identity was
     never read): build those with ``node_finding`` or ``Policy.node_finding``. A GPU-level finding
     always has a real UUID (a GPU whose UUID is unavailable is never named by a made-up one).
+
+    ``hold`` turns it into a mark that raises nothing and only keeps a fault already held from
+    clearing (the sample is not a clean one): ``UNREAD`` — this sample could not read the fault's
+    signal (``evidence`` says which reading): the fault stays as it is, its clean-sample count
+    unchanged, as a failed probe never counts as healthy (gpu-faults.md §6); ``SEEN_AGAIN`` — the
+    signal is back but not yet for the duration that confirms it: its clean-sample count starts
+    again, so a fault flapping faster than its confirmation never clears. Build them with
+    ``detectors._common.unjudged`` and ``seen_again``.
     """
 
     gpu_index: int | None  # None: node-level (and ``uuid`` is None too)
@@ -77,6 +88,7 @@ class Finding:
     schedulable: bool | None = None  # None: derived from the severity (critical: not schedulable)
     scope: str = CARD  # the policy's scope of a fault raised in a MIG instance
     slice_id: str | None = None  # a finding on a slice (the slices detector), not on the GPU
+    hold: str = ""  # "": a finding that raises the fault; UNREAD or SEEN_AGAIN: a mark (see above)
 
     def __post_init__(self) -> None:
         if (self.gpu_index is None) != (self.uuid is None):

@@ -24,6 +24,7 @@ from typing import Any
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import Detector, DetectorInput, Finding
 
+from ._common import readable_gpus
 from .compute_mode import compute_mode
 from .driver import driver
 from .ecc import ecc
@@ -65,4 +66,4 @@ def run_detectors(states: Mapping[str, Any], data: DetectorInput) -> tuple[dict[
     return new_states, findings
 
 
-__all__ = ["DETECTORS", "DURABLE", "run_detectors"]
+__all__ = ["DETECTORS", "DURABLE", "readable_gpus", "run_detectors"]

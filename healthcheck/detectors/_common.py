@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar
 
 from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Unavailable, is_available
 from runtimekit.healthcheck.policy import default_policy
-from runtimekit.healthcheck.types import ACTIONS, CARD, SEVERITIES, Finding
+from runtimekit.healthcheck.types import ACTIONS, CARD, SEEN_AGAIN, SEVERITIES, UNREAD, Finding
 
 CLEARS_ORDER = ("clean_samples", "gpu_reset", "node_reboot")
+HOLDS = ("", SEEN_AGAIN, UNREAD)  # Finding.hold, strongest first: a finding, then the marks
 T = TypeVar("T")
 MIN_READINGS = 2  # readings that confirm a condition before a duration threshold may fire
 
@@ -55,6 +57,25 @@ def finding(gpu: GpuSnapshot, fault: str, evidence: str, gpu_instance_id: int | 
     return default_policy().node_finding(fault, f"{unidentified(gpu)}: {evidence}")
 
 
+def unjudged(gpu: GpuSnapshot, faults: Iterable[str], why: str) -> list[Finding]:
+    """Marks that this sample could not read the signal of ``faults`` on ``gpu`` (``why``: which
+    reading, and its error): a fault held stays as it is, none is raised (``Finding.hold`` UNREAD)."""
+    return [replace(finding(gpu, fault, why), hold=UNREAD) for fault in faults]
+
+
+def seen_again(gpu: GpuSnapshot, faults: Iterable[str], why: str) -> list[Finding]:
+    """Marks that the signal of ``faults`` is on ``gpu`` again but not yet for its confirming
+    duration: a fault held starts its clean-sample count again, none is raised (SEEN_AGAIN)."""
+    return [replace(finding(gpu, fault, why), hold=SEEN_AGAIN) for fault in faults]
+
+
+def unreadable(reading: object) -> str:
+    """Why a reading is missing, for an ``unjudged`` mark: its NVML error, or "not read"."""
+    if isinstance(reading, Unavailable):
+        return f"{reading.reason}: {reading.detail}" if reading.detail else reading.reason
+    return "not read"
+
+
 def unidentified(gpu: GpuSnapshot) -> str:
     """How evidence names a GPU whose UUID is unavailable: by its index, and why."""
     uuid = gpu.uuid
@@ -84,13 +105,16 @@ def extend_run(run: Any, condition: bool | None, at: float, new_sample: bool) ->
 def merge(findings: Iterable[Finding]) -> list[Finding]:
     """One finding per (GPU or node, instance, slice, fault): the strongest severity, action and
     clearing rule, the evidence of all joined; held by the card if either is. Order of first
-    appearance is kept."""
+    appearance is kept. A finding outweighs a mark of the same fault (``Finding.hold``), and a
+    SEEN_AGAIN mark an UNREAD one."""
     merged: dict[tuple[int | None, str | None, int | None, str | None, str], Finding] = {}
     for f in findings:
         key = (f.gpu_index, f.uuid, f.gpu_instance_id, f.slice_id, f.fault)
         old = merged.get(key)
-        if old is None:
+        if old is None or HOLDS.index(f.hold) < HOLDS.index(old.hold):
             merged[key] = f
+            continue
+        if f.hold or old.hold:
             continue
         evidence = old.evidence if f.evidence in old.evidence else f"{old.evidence}; {f.evidence}"
         merged[key] = Finding(

@@ -9,7 +9,8 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 The action is ``none``: no step of the ladder fixes a setting (a reset or reboot is not the
 cure); the evidence says how to restore it, and the severity keeps work off a prohibited GPU
-until it is restored. Both clear once the mode is back. An unreadable mode is skipped.
+until it is restored. Both clear once the mode is back. An unreadable mode neither raises nor
+clears them (``unjudged``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, finding, readable_gpus
+from ._common import available, finding, readable_gpus, unjudged, unreadable
 
 NAME = "compute_mode"
+FAULTS = ("compute_mode_prohibited", "compute_mode_drift")
 NVIDIA_SMI = {"default": "DEFAULT", "exclusive_thread": "EXCLUSIVE_THREAD", "prohibited": "PROHIBITED",
               "exclusive_process": "EXCLUSIVE_PROCESS"}
 
@@ -31,6 +33,8 @@ def compute_mode(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     findings: list[Finding] = []
     for _, gpu in readable_gpus(data.snapshot):
         if gpu.modes is None or not available(gpu.modes.compute_mode):
+            reading = gpu.modes.compute_mode if gpu.modes is not None else None
+            findings.extend(unjudged(gpu, FAULTS, f"compute mode unreadable ({unreadable(reading)})"))
             continue
         mode = gpu.modes.compute_mode
         restore = f"nvidia-smi -i {gpu.index} -c {NVIDIA_SMI.get(expected or 'default', 'DEFAULT')}"

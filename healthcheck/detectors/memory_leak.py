@@ -30,7 +30,9 @@ Not judged: GPUs in MIG mode for orphans/ghosts (processes in instances may be i
 privileges), a GPU whose process listing failed (an empty list then means nothing), and — with
 ``require_visible_processes`` — any GPU until some process has been seen on the node (a
 containerised agent without hostPID sees none, NVIDIA/nvidia-docker#1483). An Unavailable reading
-leaves that GPU's counts as they were and raises nothing.
+leaves that GPU's counts as they were, raises nothing and clears nothing raised before
+(``unjudged``); orphaned memory or a ghost seen again but not yet for its threshold starts the
+clean-sample count of what it raised before again (``seen_again``).
 
 "Memory still held after the pod that owned the device is gone" needs attribution (which pod was
 allocated the device, and when it went away), which ``DetectorInput`` does not carry: not done.
@@ -53,6 +55,8 @@ from ._common import (
     is_new_sample,
     merge,
     readable_gpus,
+    seen_again,
+    unjudged,
     value_of,
 )
 
@@ -145,6 +149,10 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"{gib(used)} used {whose} since {clock(run[0])} ({now - run[0]:.0f} s; threshold "
                     f"{gib(config['orphan_used_bytes'])} for {config['orphan_seconds']:g} s); reset the GPU when idle",
                 ))
+        if not mig and not readable:
+            findings.extend(unjudged(gpu, ("memory_orphaned",), "memory used or the processes' memory unreadable"))
+        elif run:
+            findings.extend(seen_again(gpu, ("memory_orphaned",), "memory no process accounts for, seen again"))
 
         busy = value_of(gpu.utilization.gpu) if gpu.utilization is not None else None
         readable = listing_ok and not mig and busy is not None
@@ -159,6 +167,12 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                     f"GPU {busy:.0%} busy with no process since {clock(run[0])} ({now - run[0]:.0f} s; threshold "
                     f"{config['ghost_utilization']:.0%} for {config['ghost_seconds']:g} s); reset the GPU when idle",
                 ))
+        if not mig and not readable:
+            findings.extend(unjudged(gpu, ("gpu_ghost_busy",), "utilization or the process listing unreadable"))
+        elif run:
+            findings.extend(seen_again(gpu, ("gpu_ghost_busy",), "busy with no process, seen again"))
+        if not listing_ok:
+            findings.extend(unjudged(gpu, ("process_memory_growth",), "process listing failed"))
 
         before = old_procs.get(uuid) or {}
         now_procs: dict[str, tuple[Bucket, ...]] = {}

@@ -5,7 +5,9 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 - ``nvlink_down`` (critical, drain_and_reset_gpu, clean_samples): fewer active links than expected
   (``expected_active_links``, or the GPU's own ``limits.nvlink_count``), counting a link whose
   state is unreadable as up. Skipped while MIG mode is on: NVML reports those links down falsely
-  (DCGM treats them as disabled). Skipped when the GPU has no links or none were read.
+  (DCGM treats them as disabled). Skipped when the GPU has no links; when its links could not be
+  read, or the unreadable ones would make up the count, it is neither raised nor cleared
+  (``unjudged``).
 - ``nvlink_recovery_errors`` (critical, drain_and_reset_gpu, gpu_reset): the recovery counter
   grew by at least ``recovery_increase`` since the previous sample — the link went down and
   retrained (DCGM: any increase fails).
@@ -20,7 +22,8 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 Counters come from the previous snapshot of the same GPU (by UUID). A counter that went down was
 reset (GPU reset, driver reload): that link is skipped for the sample, never a negative rate.
-Unavailable counters are skipped link by link. Stateless: the previous snapshot is the memory.
+Unavailable counters are skipped link by link; while any is unavailable the rate is a lower bound,
+so the rate faults are not cleared (``unjudged``). Stateless: the previous snapshot is the memory.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus
+from ._common import available, clock, finding, merge, previous_by_uuid, readable_gpus, unjudged
 
 NAME = "nvlink"
 
@@ -57,6 +60,14 @@ def _events(parts: dict[str, list[tuple[int, int, int]]]) -> int:
     return sum(max(crc.get(link, 0), replays.get(link, 0)) for link in crc.keys() | replays.keys())
 
 
+def _unmeasured(gpu: Any, old: Any) -> str:
+    """Why the error rate of ``gpu`` is not measured in full this sample ("" when it is): a link
+    whose error counters are unreadable now or in the previous sample."""
+    links = sorted({link.link for sample in (gpu, old) if sample is not None for link in sample.nvlinks
+                    if not available(link.crc_flit_errors, link.crc_data_errors, link.replay_errors)})
+    return f"NVLink error counters of links {', '.join(map(str, links))} unreadable" if links else ""
+
+
 def _counters(gpu: Any) -> list[tuple[Any, ...]]:
     """Every link's error counters, to tell at once whether any moved (the usual answer: none)."""
     return [(link.link, link.recovery_errors, link.crc_flit_errors, link.crc_data_errors, link.replay_errors)
@@ -72,11 +83,14 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
         expected = config["expected_active_links"]
         if expected is None and available(gpu.limits.nvlink_count):
             expected = gpu.limits.nvlink_count
-        if not mig and expected and gpu.nvlinks:
+        if not mig and expected:
             up = [link.link for link in gpu.nvlinks if available(link.active) and link.active]
             down = [link.link for link in gpu.nvlinks if available(link.active) and not link.active]
             unknown = len(gpu.nvlinks) - len(up) - len(down)
-            if len(up) + unknown < expected:
+            if not gpu.nvlinks or (len(up) < expected and unknown):
+                findings.extend(unjudged(gpu, ("nvlink_down",), f"{unknown} of {len(gpu.nvlinks)} NVLink states unreadable"
+                                         if gpu.nvlinks else "no NVLink could be read"))
+            if gpu.nvlinks and len(up) + unknown < expected:
                 which = f" (links {', '.join(map(str, down))} down)" if down else ""
                 findings.append(finding(
                     gpu, "nvlink_down",
@@ -84,6 +98,9 @@ def nvlink(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 ))
 
         old = before.get(uuid)
+        unmeasured = _unmeasured(gpu, old)
+        if unmeasured:
+            findings.extend(unjudged(gpu, ("nvlink_errors", "nvlink_error_storm"), unmeasured))
         if old is None or _counters(gpu) == _counters(old):
             continue  # no counter moved: no growth, a rate of 0 (the thresholds are above 0)
         grown = [(link, was, now) for link, was, now in _deltas(gpu, old, "recovery_errors") if now > was]

@@ -12,7 +12,12 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 Both must hold for ``degraded_seconds`` (sample times, not counts; at least two readings), as
 links retrain while load ramps. Action: a GPU reset retrains the link (secondary bus reset); if it
 stays degraded, reseat or replace the riser — the evidence says so. An unreadable reading keeps
-the run and raises nothing; a sample that cannot be judged for the generation (GPU idle) ends it.
+the run and raises nothing. An idle sample below the maximum generation ends the generation's run
+(the driver lowers it at idle on purpose; the duration starts again under load); a sample at the
+full width or generation is clean, loaded or not. Only such a reading counts towards clearing a
+fault raised before: an unreadable one, or an idle one below the maximum, leaves it as it is
+(``unjudged``); a link degraded again but not yet for ``degraded_seconds`` starts its count again
+(``seen_again``).
 
 State (JSON-friendly): ``at`` (the last sample counted), ``width`` and ``generation``
 {uuid: [first seen, readings]}.
@@ -27,7 +32,7 @@ from runtimekit.gpu.types import GpuSnapshot
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import clock, extend_run, finding, held_for, is_new_sample, readable_gpus, value_of
+from ._common import clock, extend_run, finding, held_for, is_new_sample, readable_gpus, seen_again, unjudged, value_of
 
 NAME = "pcie"
 ADVICE = "reset the GPU to retrain the link; if it stays degraded, reseat or replace the riser"
@@ -74,18 +79,29 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 f"PCIe link at x{width} of x{max_width} since {clock(run[0])} "
                 f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
+        elif narrow is None:
+            findings.extend(unjudged(gpu, ("pcie_width_degraded",), "PCIe link width or its maximum unreadable"))
+        elif narrow:
+            findings.extend(seen_again(gpu, ("pcie_width_degraded",), f"PCIe link at x{width} of x{max_width}"))
 
         load, why = _under_load(gpu, config)
-        slow = bool(load and gen < max_gen) if gen is not None and max_gen is not None and load is not None else None
+        below = gen < max_gen if gen is not None and max_gen is not None else None
+        # unreadable (the generation, or the load of a link below it): None keeps the run; idle ends it
+        slow = None if below is None or (below and load is None) else bool(below and load)
         run = extend_run((state.get("generation") or {}).get(uuid), slow, gpu.sampled_at, fresh)
         if run:
             new["generation"][uuid] = run
-        if run and slow is not None and load and held_for(run, gpu.sampled_at, need):
+        if run and slow and held_for(run, gpu.sampled_at, need):
             findings.append(finding(
                 gpu, "pcie_generation_degraded",
                 f"PCIe link at Gen{gen} of Gen{max_gen} while {why}, since {clock(run[0])} "
                 f"({gpu.sampled_at - run[0]:.0f} s, threshold {need:g} s); {ADVICE}",
             ))
+        elif slow:
+            findings.extend(seen_again(gpu, ("pcie_generation_degraded",), f"PCIe link at Gen{gen} of Gen{max_gen}"))
+        elif below is not False:  # unreadable, or below the maximum while idle or of unknown load
+            findings.extend(unjudged(gpu, ("pcie_generation_degraded",), f"PCIe link at Gen{gen} of Gen{max_gen}, "
+                                     "not judged (generation or load unreadable, or the GPU idle)"))
     return new, findings
 
 

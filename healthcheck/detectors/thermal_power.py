@@ -22,8 +22,10 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
   event: NVSentinel#1666 left such GPUs clock-limited for 36 h unseen). Class power.
 
 Durations are measured on sample times (two readings at least), so they mean the same at any
-sampling interval. A sample without the bits ends the run; an unreadable sample keeps it and
-raises nothing. Action ``none`` for all: neither a reset nor a reboot cools a GPU or lifts a
+sampling interval. A sample without the bits ends the run; an unreadable sample keeps it, raises
+nothing and clears nothing (``unjudged``: a GPU under a power brake whose reasons cannot be read
+stays held); a run seen again but not yet for its threshold starts the clean-sample count of what
+it raised before again (``seen_again``), so a slowdown that flaps never clears. Action ``none`` for all: neither a reset nor a reboot cools a GPU or lifts a
 power brake.
 
 State (JSON-friendly): ``at`` (the last sample counted), ``thermal`` and ``power``
@@ -37,12 +39,25 @@ from typing import Any
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
-from ._common import available, clock, extend_run, finding, held_for, is_new_sample, readable_gpus
+from ._common import (
+    available,
+    clock,
+    extend_run,
+    finding,
+    held_for,
+    is_new_sample,
+    readable_gpus,
+    seen_again,
+    unjudged,
+    unreadable,
+)
 
 NAME = "thermal_power"
 HW_SLOWDOWN = 0x8
 HW_THERMAL_SLOWDOWN = 0x40
 HW_POWER_BRAKE = 0x80
+THERMAL_FAULTS = ("thermal_slowdown", "thermal_slowdown_sustained")
+FAULTS = (*THERMAL_FAULTS, "power_brake")
 BITS = {HW_SLOWDOWN: "HW slowdown 0x8", HW_THERMAL_SLOWDOWN: "HW thermal slowdown 0x40",
         HW_POWER_BRAKE: "HW power brake 0x80"}
 
@@ -80,28 +95,36 @@ def thermal_power(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     for uuid, gpu in readable_gpus(data.snapshot):
         reasons = gpu.clocks.event_reasons if gpu.clocks is not None else None
         now = gpu.sampled_at
+        if not isinstance(reasons, int):
+            findings.extend(unjudged(gpu, FAULTS, f"clock event reasons unreadable ({unreadable(reasons)})"))
         for kind, test in (("thermal", is_thermal), ("power", is_power_brake)):
             run = extend_run((state.get(kind) or {}).get(uuid), test(reasons) if isinstance(reasons, int) else None,
                              now, fresh)
             if run:
                 new[kind][uuid] = run
             if not isinstance(reasons, int) or not run:
-                continue
+                continue  # unreadable: marked unjudged above; no run: a clean sample
             lasted = f"{_bits(reasons)} since {clock(run[0])} ({now - run[0]:.0f} s; reasons 0x{reasons:x})"
+            seen = f"{lasted}: seen, not yet for its threshold"
             if kind == "thermal":
                 critical = held_for(run, now, config["thermal_critical_seconds"])
-                if critical or held_for(run, now, config["thermal_seconds"]):
+                warned = critical or held_for(run, now, config["thermal_seconds"])
+                if warned:
                     limit = config["thermal_critical_seconds" if critical else "thermal_seconds"]
                     findings.append(finding(
                         gpu, "thermal_slowdown_sustained" if critical else "thermal_slowdown",
                         f"{lasted}, threshold {limit:g} s{_temperature(gpu)}; check cooling",
                     ))
+                if not critical:  # the slowdown is back: not a clean sample for what it raised before
+                    findings.extend(seen_again(gpu, THERMAL_FAULTS[1:] if warned else THERMAL_FAULTS, seen))
             elif held_for(run, now, config["power_brake_seconds"]):
                 findings.append(finding(
                     gpu, "power_brake",
                     f"{lasted}, threshold {config['power_brake_seconds']:g} s; the clocks are cut by an external "
                     "power brake, not by temperature: escalate to facility power",
                 ))
+            else:
+                findings.extend(seen_again(gpu, ("power_brake",), seen))
     return new, findings
 
 

@@ -32,7 +32,7 @@ from runtimekit.gpu.types import (
     Utilization,
     XidEvent,
 )
-from runtimekit.healthcheck.types import DetectorInput, Finding
+from runtimekit.healthcheck.types import UNREAD, DetectorInput, Finding
 
 GiB = 1024**3
 MiB = 1024**2
@@ -169,13 +169,23 @@ def run_sequence(detector: Any, snapshots: Iterable[NodeSnapshot], *, config: Ma
     return state, per_sample
 
 
+def raised(found: Iterable[Finding]) -> list[Finding]:
+    """The findings that raise a fault: not the marks (``Finding.hold``)."""
+    return [f for f in found if not f.hold]
+
+
 def faults(found: Iterable[Finding]) -> set[tuple[int | None, str]]:
-    """(GPU index, fault) of each finding; None for a node-level one."""
-    return {(f.gpu_index, f.fault) for f in found}
+    """(GPU index, fault) of each finding raised; None for a node-level one."""
+    return {(f.gpu_index, f.fault) for f in raised(found)}
+
+
+def marked(found: Iterable[Finding], hold: str = UNREAD) -> set[tuple[int | None, str]]:
+    """(GPU index, fault) of each mark of kind ``hold`` (``Finding.hold``)."""
+    return {(f.gpu_index, f.fault) for f in found if f.hold == hold}
 
 
 def one(found: Iterable[Finding], fault: str, gpu: int | None = 0) -> Finding:
-    """The one finding of ``fault`` on GPU ``gpu`` (None: the node)."""
-    matches = [f for f in found if f.fault == fault and f.gpu_index == gpu]
+    """The one finding of ``fault`` on GPU ``gpu`` (None: the node) that raises it."""
+    matches = [f for f in raised(found) if f.fault == fault and f.gpu_index == gpu]
     assert len(matches) == 1, f"{fault} on {'the node' if gpu is None else f'GPU {gpu}'}: {matches}"
     return matches[0]

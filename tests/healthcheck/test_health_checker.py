@@ -156,7 +156,8 @@ async def test_xids_before_the_first_sample_are_not_lost(tmp_path, boot_id):
     await running.stop()
 
 
-async def test_clean_samples_clear_and_event_evaluations_do_not_count(tmp_path, boot_id):
+async def gpu_0_suspect_then_cool(tmp_path, boot_id) -> tuple[NodeState, FakeDetectors, Running]:
+    """A checker (2 clean samples to clear) whose first sample made GPU 0 suspect, its signal gone since."""
     state, detectors = NodeState(), FakeDetectors()
     running = await start(state, detectors, tmp_path, boot_id, clean_samples=2)
     detectors.hot = {0}
@@ -164,6 +165,11 @@ async def test_clean_samples_clear_and_event_evaluations_do_not_count(tmp_path, 
     await until(lambda: state.health is not None)
     assert gpu_state(state, 0) == SUSPECT
     detectors.hot = set()
+    return state, detectors, running
+
+
+async def test_clean_samples_clear_and_event_evaluations_do_not_count(tmp_path, boot_id):
+    state, detectors, running = await gpu_0_suspect_then_cool(tmp_path, boot_id)
     seen, calls = [], 1
     for t in (2.0, 3.0):
         await publish(state, snapshot(t))
@@ -433,3 +439,20 @@ async def test_a_restarted_checker_never_judges_an_xid_twice(tmp_path, boot_id):
     await until(lambda: len(again.calls) == 2)
     assert [event.xid for event in again.calls[1].xids] == [31]
     await restarted.stop()
+
+
+async def test_samples_that_cannot_read_a_gpu_do_not_clear_its_faults(tmp_path, boot_id):
+    state, detectors, running = await gpu_0_suspect_then_cool(tmp_path, boot_id)
+    unreadable = (
+        make_snapshot((make_gpu(0), make_gpu(1)), sampled_at=2.0, nvml_up=False, nvml_error="NVML_ERROR_UNKNOWN"),
+        snapshot(3.0, (make_lost_gpu(0), make_gpu(1))),  # GPU 0 lost: none of its readings
+        make_snapshot((make_gpu(0), make_gpu(1)), sampled_at=4.0, nvml_up=False, nvml_error="NVML_ERROR_UNKNOWN"),
+    )
+    seen, calls = [], 1
+    for snap in (*unreadable, snapshot(5.0), snapshot(6.0)):
+        await publish(state, snap)
+        calls += 1
+        await until(lambda calls=calls: running.checker.evaluations == calls)
+        seen.append(gpu_state(state, 0))
+    assert seen == [SUSPECT, SUSPECT, SUSPECT, RECOVERING, HEALTHY]  # only samples that read GPU 0 count
+    await running.stop()

@@ -22,8 +22,10 @@ from health_factories import (
     make_input,
     make_lost_gpu,
     make_snapshot,
+    marked,
     nvml_down,
     one,
+    raised,
     run_sequence,
     uuid_for,
     with_,
@@ -54,6 +56,7 @@ from runtimekit.healthcheck.types import (
     REBOOT_NODE,
     REPLACE_NODE,
     RESTART_APPLICATION,
+    SEEN_AGAIN,
     SEVERITIES,
     WARNING,
 )
@@ -258,7 +261,7 @@ def test_unexplained_uncorrectable_jump_is_critical_once_the_xid_window_passed()
     is critical, with both counts; 10 s samples: judged at the next sample."""
     _, per_sample = run_sequence(ecc, series(
         lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 2, 2, 2][i]),), 4))
-    assert [bool(f) for f in per_sample] == [False, False, True, False]  # held by the machine (gpu_reset)
+    assert [bool(raised(f)) for f in per_sample] == [False, False, True, False]  # held by the machine (gpu_reset)
     f = one(per_sample[2], "ecc_uncorrectable")
     assert (f.severity, f.action, f.clears, f.schedulable) == (CRITICAL, DRAIN_AND_RESET_GPU, CLEARS_ON_RESET, False)
     assert "0 → 2" in f.evidence and "no contained-error XID 94" in f.evidence
@@ -302,7 +305,7 @@ def test_uncorrectable_decrease_is_a_reset_not_a_fault() -> None:
     """Counter reset: the volatile count dropped to 0 after a GPU reset: the baseline follows it."""
     state, per_sample = run_sequence(ecc, series(
         lambda i, at: (with_(make_gpu(0, at=at), "ecc", uncorrected_volatile=[0, 3, 3, 0, 0][i]),), 5))
-    assert [bool(f) for f in per_sample] == [False, False, True, False, False]
+    assert [bool(raised(f)) for f in per_sample] == [False, False, True, False, False]
     assert state["base"][uuid_for(0)] == ["uncorrected_volatile", 0]
 
 
@@ -385,7 +388,7 @@ def test_read_errors_need_consecutive_samples_and_recover() -> None:
     errors = [True, False, True, True, True, True, False]  # flaps first, then sustained, then recovers
     _, per_sample = run_sequence(driver, series(lambda i, at: (make_gpu(
         0, at=at, errors=(("memory.used_bytes", "NVML_ERROR_UNKNOWN"),) if errors[i] else ()),), len(errors)))
-    assert [bool(f) for f in per_sample] == [False, False, False, True, True, True, False]
+    assert [bool(raised(f)) for f in per_sample] == [False, False, False, True, True, True, False]
     f = one(per_sample[3], "nvml_errors")
     assert (f.severity, f.action) == (WARNING, DRAIN_AND_RESET_GPU)
     assert "since 22:13:40 UTC (10 s, threshold 2 s)" in f.evidence
@@ -516,7 +519,7 @@ def test_orphaned_memory_needs_n_samples_and_recovers() -> None:
     orphan = [True] * 6 + [False]
     _, per_sample = run_sequence(memory_leak, series(
         lambda i, at: (idle_gpu(at, used=4 * GiB if orphan[i] else 10 * MiB), busy_node(at)), len(orphan)))
-    assert [bool(f) for f in per_sample] == [False] + [True] * 5 + [False]
+    assert [bool(raised(f)) for f in per_sample] == [False] + [True] * 5 + [False]
     f = one(per_sample[1], "memory_orphaned")
     assert (f.severity, f.action, f.clears) == (WARNING, DRAIN_AND_RESET_GPU, CLEARS_WHEN_CLEAN)
     assert "4.0 GiB used with no process" in f.evidence and "(10 s; threshold 1.0 GiB for 10 s)" in f.evidence
@@ -531,7 +534,7 @@ def test_memory_no_process_accounts_for(process_bytes, fires) -> None:
         gpu = make_gpu(0, at=at, processes=(GpuProcess(pid=7, used_memory_bytes=process_bytes, kind="compute"),))
         return (with_(gpu, "memory", used_bytes=10 * GiB - 1),)
     _, per_sample = run_sequence(memory_leak, series(make, 5))
-    assert bool(per_sample[-1]) == fires
+    assert bool(raised(per_sample[-1])) == fires
     if fires:
         assert "1 processes hold 6.0 GiB, 4.0 GiB held by none" in one(per_sample[-1], "memory_orphaned").evidence
 
@@ -539,7 +542,7 @@ def test_memory_no_process_accounts_for(process_bytes, fires) -> None:
 def test_orphan_flapping_never_fires() -> None:
     _, per_sample = run_sequence(memory_leak, series(
         lambda i, at: ((idle_gpu(at) if i % 2 else make_gpu(0, at=at)), busy_node(at)), 12))
-    assert not any(per_sample)
+    assert not any(map(raised, per_sample))
 
 
 @pytest.mark.parametrize(
@@ -563,14 +566,14 @@ def test_orphan_negatives(variant) -> None:
             return (gpu, dataclasses.replace(make_gpu(1, at=at), processes=()))
         return (gpu, busy_node(at))
     _, per_sample = run_sequence(memory_leak, series(make, 8))
-    assert not any(per_sample), variant
+    assert not any(map(raised, per_sample)), variant
 
 
 def test_unavailable_sample_keeps_the_orphan_count() -> None:
     used = [4 * GiB, NA, 4 * GiB]  # the unreadable sample neither breaks the run nor counts
     _, per_sample = run_sequence(memory_leak, series(
         lambda i, at: (with_(idle_gpu(at), "memory", used_bytes=used[i]), busy_node(at)), len(used)))
-    assert [bool(f) for f in per_sample] == [False, False, True]
+    assert [bool(raised(f)) for f in per_sample] == [False, False, True]
 
 
 def test_ghost_gpu_busy_with_no_process() -> None:
@@ -578,7 +581,7 @@ def test_ghost_gpu_busy_with_no_process() -> None:
         lambda i, at: (idle_gpu(at, used=0, util=1.0), busy_node(at)), 2))
     f = one(per_sample[-1], "gpu_ghost_busy")
     assert "100% busy with no process since 22:13:20 UTC (10 s" in f.evidence
-    assert not any(per_sample[:-1])
+    assert not any(map(raised, per_sample[:-1]))
 
 
 def grow(rate_per_sample, count=70, flat_after=None):
@@ -593,7 +596,7 @@ def grow(rate_per_sample, count=70, flat_after=None):
 
 def test_process_memory_growth_over_the_window() -> None:
     _, per_sample = run_sequence(memory_leak, grow(20 * MiB))  # 2 MiB/s for 700 s
-    first = next(n for n, f in enumerate(per_sample) if f)
+    first = next(n for n, f in enumerate(per_sample) if raised(f))
     assert 40 <= first <= 50  # needs ~75 % of the 600 s window
     f = one(per_sample[-1], "process_memory_growth")
     assert (f.severity, f.action) == (WARNING, RESTART_APPLICATION)
@@ -607,7 +610,7 @@ def test_process_memory_growth_over_the_window() -> None:
 )
 def test_process_memory_growth_negatives(snapshots) -> None:
     _, per_sample = run_sequence(memory_leak, snapshots)
-    assert not any(per_sample)
+    assert not any(map(raised, per_sample))
 
 
 def test_growth_recovers_when_memory_stops_growing() -> None:
@@ -625,7 +628,7 @@ def test_link_down_is_critical_and_recovers() -> None:
     f = one(per_sample[1], "nvlink_down")
     assert (f.severity, f.action) == (CRITICAL, DRAIN_AND_RESET_GPU)
     assert f"3 of {LINKS} expected NVLinks active (links 2 down)" in f.evidence
-    assert [bool(f) for f in per_sample] == down
+    assert [bool(raised(f)) for f in per_sample] == down
 
 
 @pytest.mark.parametrize(
@@ -644,7 +647,10 @@ def test_link_down_negatives(variant) -> None:
         gpu = dataclasses.replace(gpu, limits=dataclasses.replace(gpu.limits, nvlink_count=NA))
     elif variant == "expected override":
         config = {"expected_active_links": 3}
-    assert single(nvlink, node(gpu), config=config) == []
+    found = single(nvlink, node(gpu), config=config)
+    assert raised(found) == []
+    # an unreadable state that would make up the count neither raises nor clears nvlink_down
+    assert marked(found) == ({(0, "nvlink_down")} if variant == "state unavailable" else set())
 
 
 def test_recovery_increase_is_critical_and_sticky() -> None:
@@ -716,7 +722,10 @@ def test_crc_rate(per_link_increase, expected) -> None:
 def test_crc_counter_reset_and_unavailable_are_skipped() -> None:
     before = node(links(make_gpu(0), crc_flit_errors=10_000, crc_data_errors=NA))
     after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=5, crc_data_errors=9_999), at=T0 + 10)
-    assert single(nvlink, after, before) == []
+    found = single(nvlink, after, before)
+    assert raised(found) == []
+    # data counters unreadable before: the rate is a lower bound, so neither rate fault may clear
+    assert marked(found) == {(0, "nvlink_errors"), (0, "nvlink_error_storm")}
     same_time = node(links(make_gpu(0), crc_flit_errors=10**6))
     assert single(nvlink, same_time, node(make_gpu(0))) == []  # no elapsed time: no rate
 
@@ -739,7 +748,10 @@ def test_crc_counter_reset_and_unavailable_are_skipped() -> None:
 def test_compute_mode(mode, expected, fault, severity) -> None:
     found = single(compute_mode, node(with_(make_gpu(0), "modes", compute_mode=mode)), config={"expected": expected})
     if fault is None:
-        assert found == []
+        assert raised(found) == []
+        # an unreadable mode neither raises nor clears either fault
+        unread = isinstance(mode, Unavailable)
+        assert marked(found) == ({(0, "compute_mode_prohibited"), (0, "compute_mode_drift")} if unread else set())
     else:
         f = one(found, fault)
         assert (f.severity, f.action, f.clears) == (severity, NONE, CLEARS_WHEN_CLEAN)
@@ -750,7 +762,7 @@ def test_compute_mode_recovers() -> None:
     modes = ["default", "prohibited", "default"]
     _, per_sample = run_sequence(compute_mode, series(
         lambda i, at: (with_(make_gpu(0, at=at), "modes", compute_mode=modes[i]),), 3))
-    assert [bool(f) for f in per_sample] == [False, True, False]
+    assert [bool(raised(f)) for f in per_sample] == [False, True, False]
 
 
 # --- thermal_power --------------------------------------------------------------------------
@@ -778,7 +790,7 @@ def test_compute_mode_recovers() -> None:
 def test_clock_event_reasons(reasons, fires) -> None:
     _, per_sample = run_sequence(thermal_power, series(
         lambda i, at: (with_(make_gpu(0, at=at), "clocks", event_reasons=reasons[i]),), len(reasons)))
-    assert {f.fault for f in per_sample[-1]} == fires
+    assert {f.fault for f in raised(per_sample[-1])} == fires
 
 
 def test_power_brake_evidence_and_recovery() -> None:
@@ -798,6 +810,7 @@ def test_thermal_becomes_critical_when_very_sustained() -> None:
         return (with_(with_(make_gpu(0, at=at), "clocks", event_reasons=0x48), "thermal", gpu_celsius=93.0),)
 
     _, per_sample = run_sequence(thermal_power, series(hot, 5), config=config)
+    per_sample = [raised(found) for found in per_sample]
     assert [f[0].severity if f else None for f in per_sample] == [None, WARNING, WARNING, CRITICAL, CRITICAL]
     assert per_sample[-1][0].fault == "thermal_slowdown_sustained" and per_sample[-1][0].fault_class == "thermal"
     assert "GPU at 93 °C, slowdown threshold 90 °C" in per_sample[-1][0].evidence
@@ -829,18 +842,41 @@ def pcie_gpu(at, *, width=16, gen=5, util=0.9, pstate=0):
 def test_pcie(samples, fault) -> None:
     _, per_sample = run_sequence(pcie, series(lambda i, at: (pcie_gpu(at, **samples[i]),), len(samples)))
     if fault is None:
-        assert per_sample[-1] == []
+        assert raised(per_sample[-1]) == []
     else:
         f = one(per_sample[-1], fault)
         assert (f.severity, f.action, f.clears) == (WARNING, DRAIN_AND_RESET_GPU, CLEARS_WHEN_CLEAN)
         assert "reseat" in f.evidence
 
 
+@pytest.mark.parametrize(
+    ("sample", "unread", "seen"),
+    [
+        (dict(), set(), set()),  # full width and generation: clean, counts towards clearing
+        (dict(gen=5, util=0.0, pstate=8), set(), set()),  # full generation while idle is clean too
+        (dict(width=NA, gen=ERR), {"pcie_width_degraded", "pcie_generation_degraded"}, set()),  # unreadable
+        (dict(gen=1, util=0.0, pstate=8), {"pcie_generation_degraded"}, set()),  # idle below the maximum
+        (dict(gen=3, util=NA, pstate=NA), {"pcie_generation_degraded"}, set()),  # load unknown
+        (dict(width=8, gen=3), set(), {"pcie_width_degraded", "pcie_generation_degraded"}),  # back, unconfirmed
+    ],
+)
+def test_pcie_only_a_full_reading_clears(sample, unread, seen) -> None:
+    # the link degraded long enough to raise both, then one sample of each kind after a clean one
+    samples = [dict(width=8, gen=3)] * 2 + [dict()] + [sample]
+    _, per_sample = run_sequence(pcie, series(lambda i, at: (pcie_gpu(at, **samples[i]),), len(samples)))
+    assert faults(per_sample[1]) == {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}
+    assert raised(per_sample[-1]) == []
+    assert marked(per_sample[-1]) == {(0, fault) for fault in unread}
+    assert marked(per_sample[-1], SEEN_AGAIN) == {(0, fault) for fault in seen}
+
+
 def test_pcie_max_unavailable_is_skipped() -> None:
     gpu = pcie_gpu(T0, width=8, gen=3)
     gpu = dataclasses.replace(gpu, limits=dataclasses.replace(gpu.limits, pcie_max_width=NA, pcie_max_generation=ERR))
     _, per_sample = run_sequence(pcie, [node(dataclasses.replace(gpu, sampled_at=T0 + n)) for n in range(3)])
-    assert not any(per_sample)
+    assert not any(raised(found) for found in per_sample)
+    assert all(marked(found) == {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}
+               for found in per_sample)
 
 
 # --- robustness -----------------------------------------------------------------------------
@@ -860,7 +896,7 @@ def test_empty_reading_groups_are_skipped() -> None:
     states: dict = {}
     for n in range(6):
         states, found = run_detectors(states, make_input(node(dataclasses.replace(bare, sampled_at=T0 + n))))
-        assert found == []
+        assert raised(found) == []
 
 
 def _maybe(value, draw):
@@ -933,9 +969,9 @@ def test_xid_only_evaluations_do_not_advance_sample_counts() -> None:
     for n in range(6):  # one sample, then five XID-only evaluations of it
         states, found = run_detectors(states, make_input(snapshot, snapshot if n else None,
                                                          xids=[xid(13, at=T0 + n)], now=T0 + n))
-        assert {f.fault for f in found} <= {"xid_13"}, n
+        assert {f.fault for f in raised(found)} <= {"xid_13"}, n
     next_sample = node(dataclasses.replace(bad, sampled_at=T0 + 10), busy_node(T0 + 10), at=T0 + 10)
     states, found = run_detectors(states, make_input(next_sample, snapshot, now=T0 + 10))
     # the second sample: every two-sample confirmation is met (power brake, PCIe width, read
     # errors, the idle GPU's orphaned memory)
-    assert {"pcie_width_degraded", "power_brake", "nvml_errors", "memory_orphaned"} == {f.fault for f in found}
+    assert {"pcie_width_degraded", "power_brake", "nvml_errors", "memory_orphaned"} == {f.fault for f in raised(found)}
