@@ -147,7 +147,7 @@ def mig_card(card: Card, records: Iterable[Record]) -> MigCard:
                     + (f"(slice {slices[gi.id]})" if gi.id in slices else "(no slice of this agent: made outside it)")
                     for gi in card.instances)
     return MigCard(card.index, card.compute_slices_total, card.profiles, tuple((gi.start, gi.size) for gi in card.instances),
-                   holders)
+                   holders, tuple(gi.profile_id for gi in card.instances))
 
 
 def tdm_card(card: Card, records: Iterable[Record], reserve_mib: int) -> TdmCard:

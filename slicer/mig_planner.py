@@ -39,6 +39,16 @@ profile's placements is invalid_argument (field ``placement_start``, its placeme
 overlapping an instance on the card is failed_precondition naming the instance (``MigCard.holders``)
 and the free placements. Without a start, the profile's free start that costs the least capacity
 is taken (lowest start on ties); none free is resource_exhausted, as for any profile.
+
+**Instance limit.** A profile allows at most ``MigProfile.instance_count`` GPU instances on one card
+(NVML's ``instanceCount``: 1 for ``1g.10gb+me`` however many of its placements are free; on the
+tabled parts a standard profile's limit is its number of disjoint placements, so the capacity
+search needs no count of its own). A card holding that many instances of the chosen profile
+(counted by ``MigCard.taken_profiles``) offers none of its starts: where a start would otherwise be
+free the refusal is resource_exhausted naming the limit and the instances holding it (field
+``profile`` for a profile asked by name), as NVML would refuse with INSUFFICIENT_RESOURCES. The
+other refusals keep their order and words (a start not allowed, a start overlapping an instance,
+no free placement), and a profile at its limit lists no free placement, the limit said instead.
 """
 
 from __future__ import annotations
@@ -67,13 +77,16 @@ class MigCard:
     the GPU instance profiles its driver offers, and the (start, size) memory-slice placements of
     the GPU instances that exist on it now (in use or not: none is ever moved). ``holders``: what
     holds each of ``taken``, in words, in the same order ("GPU instance 3 (slice s-…)"), for the
-    refusal of a placement asked for; missing ones are named by their placement."""
+    refusal of a placement asked for; missing ones are named by their placement. ``taken_profiles``:
+    the profile id of each of ``taken``, in the same order, counted against each profile's
+    ``instance_count``; a missing one counts toward no profile."""
 
     index: int
     compute_slices_total: int
     profiles: tuple[MigProfile, ...]
     taken: tuple[tuple[int, int], ...]
     holders: tuple[str, ...] = ()
+    taken_profiles: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,22 +138,54 @@ def named_profile(card: MigCard, spec: SliceSpec) -> MigProfile:
     return profile
 
 
+def _holder(card: MigCard, n: int) -> str:
+    """What holds ``card.taken[n]``, in words (``MigCard.holders``, else its placement)."""
+    at, size = card.taken[n]
+    return card.holders[n] if n < len(card.holders) else f"a GPU instance at memory slices {at}-{at + size - 1}"
+
+
+def _at_limit(card: MigCard, profile: MigProfile) -> tuple[str, ...]:
+    """The holders of ``profile``'s GPU instances on ``card`` when they are as many as the profile
+    allows (``instance_count``), else empty: the card takes no more of it now."""
+    held = tuple(_holder(card, n) for n, pid in enumerate(card.taken_profiles[:len(card.taken)]) if pid == profile.id)
+    return held if profile.instance_count is not None and len(held) >= profile.instance_count else ()
+
+
+def _limit_text(card: MigCard, profile: MigProfile, held: Sequence[str]) -> str:
+    """The instance-limit refusal's words: the profile, its limit and what holds it."""
+    return (f"{profile.name} allows at most {profile.instance_count} GPU instance(s) on one GPU (the driver's "
+            f"instanceCount), and GPU {card.index} has {len(held)}: {'; '.join(held)}")
+
+
+def _limit_reached(card: MigCard, profile: MigProfile, held: Sequence[str]) -> SliceError:
+    """resource_exhausted (field ``profile``): a profile asked by name is at its instance limit."""
+    return SliceError("resource_exhausted", "profile", _limit_text(card, profile, held))
+
+
+def _free_starts(card: MigCard, profile: MigProfile) -> list[int]:
+    """``profile``'s placements on ``card`` that overlap no instance, lowest first."""
+    used = _mask(card.taken)
+    return [s for s in sorted(profile.placements) if not used & _mask([(s, profile.memory_slices)])]
+
+
 def _asked_start(card: MigCard, profile: MigProfile, start: int) -> int:
-    """``start`` when it is one of ``profile``'s placements and overlaps nothing on ``card``;
-    SliceError invalid_argument / failed_precondition otherwise (module docstring)."""
+    """``start`` when it is one of ``profile``'s placements, overlaps nothing on ``card`` and the
+    profile is below its instance limit; SliceError invalid_argument / failed_precondition /
+    resource_exhausted otherwise (module docstring)."""
     if start not in profile.placements:
         raise SliceError("invalid_argument", "placement_start", f"one of the placements of profile {profile.name} "
                          f"({', '.join(map(str, sorted(profile.placements)))}), got {start}")
+    held = _at_limit(card, profile)
     wanted = _mask([(start, profile.memory_slices)])
     for n, (at, size) in enumerate(card.taken):
         if wanted & _mask([(at, size)]):
-            holder = card.holders[n] if n < len(card.holders) else f"a GPU instance at memory slices {at}-{at + size - 1}"
-            used = _mask(card.taken)
-            free = [str(s) for s in sorted(profile.placements) if not used & _mask([(s, profile.memory_slices)])]
+            free = f"none ({_limit_text(card, profile, held)})" if held else ", ".join(map(str, _free_starts(card, profile)))
             raise SliceError("failed_precondition", "placement_start",
                              f"{profile.name} at {start} takes memory slices {start}-{start + profile.memory_slices - 1} "
-                             f"of GPU {card.index}, held by {holder}; free placements of {profile.name}: "
-                             f"{', '.join(free) or 'none'}")
+                             f"of GPU {card.index}, held by {_holder(card, n)}; free placements of {profile.name}: "
+                             f"{free or 'none'}")
+    if held:
+        raise _limit_reached(card, profile, held)
     return start
 
 
@@ -189,8 +234,9 @@ def plan_mig(cards: Sequence[MigCard], spec: SliceSpec, policy: str) -> MigChoic
     """Where a MIG slice goes under ``policy`` (binpack or spread) among the candidates ``cards``
     (at least one; the caller has applied the device selector and the card-mode rule, the selector
     is not read here). Raises ``SliceError``: failed_precondition when no profile of any candidate
-    holds the slice; resource_exhausted when a profile holds it but no free placement is left; for
-    a profile asked by name, the refusals of the module docstring. ValueError for an unknown
+    holds the slice; resource_exhausted when a profile holds it but no free placement is left or
+    the card holds as many instances of it as it allows; for a profile asked by name, the refusals
+    of the module docstring. ValueError for an unknown
     policy, no candidate, or a named profile with more than one candidate (the caller's errors)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: one of {', '.join(POLICIES)}, got {policy!r}")
@@ -208,18 +254,20 @@ def plan_mig(cards: Sequence[MigCard], spec: SliceSpec, policy: str) -> MigChoic
         shapes, used = _shapes(card.profiles), _mask(card.taken)
         before, free = _capacity(shapes, used), _free_mask(card).bit_count()
         block = (1 << profile.memory_slices) - 1
-        placed = False
-        starts = sorted(profile.placements) if spec.placement_start is None else [_asked_start(card, profile, spec.placement_start)]
+        if spec.placement_start is not None:
+            starts = [_asked_start(card, profile, spec.placement_start)]
+        else:
+            starts, held = _free_starts(card, profile), _at_limit(card, profile)
+            if starts and held and spec.profile:
+                raise _limit_reached(card, profile, held)
+            starts = [] if held else starts
+        if not starts:
+            unplaced.append((card, profile))
         for start in starts:
-            if used & (block << start):
-                continue
-            placed = True
             loss = before - _capacity(shapes, used | block << start)
             key = (loss, free, card.index, start) if policy == "binpack" else (-free, loss, card.index, start)
             if best is None or key < best[0]:
                 best = (key, MigChoice(card.index, profile, start))
-        if not placed:
-            unplaced.append((card, profile))
     if best is not None:
         return best[1]
     if not unplaced:
@@ -237,9 +285,14 @@ def _no_profile(cards: Sequence[MigCard], spec: SliceSpec) -> SliceError:
 
 
 def _no_room(unplaced: Sequence[tuple[MigCard, MigProfile]]) -> SliceError:
-    """resource_exhausted: the profile each card would use, and its free memory slices."""
+    """resource_exhausted: the profile each card would use, and its free memory slices (or the
+    instances holding its limit)."""
     parts = []
     for card, profile in unplaced:
+        held = _at_limit(card, profile)
+        if held and _free_starts(card, profile):
+            parts.append(_limit_text(card, profile, held))
+            continue
         free_mask = _free_mask(card)
         free = [str(s) for s in range(free_mask.bit_length()) if free_mask >> s & 1]
         parts.append(f"GPU {card.index}: no free placement for {profile.name} "

@@ -53,7 +53,10 @@ class MigProfile:
     ``id`` is the profile id every GPU instance call takes (``info.id``: 19, 14, 9, 0 … on A100), not
     the enum value; ``compute_slices`` is ``info.sliceCount``; ``memory_slices`` the size of its
     placements; ``memory_mib`` is ``info.memorySizeMB`` (MiB despite the name); ``placements`` the
-    allowed starts in memory slices (nvmlDeviceGetGpuInstancePossiblePlacements_v2, free or not).
+    allowed starts in memory slices (nvmlDeviceGetGpuInstancePossiblePlacements_v2, free or not);
+    ``instance_count`` is ``info.instanceCount``, the most GPU instances of the profile one GPU holds at
+    once (1 for the ``+me`` profiles, whatever their free placements: ../shared/reference/slicing.md
+    §3), None when not told (a profile made by hand: no limit but its placements).
     """
 
     id: int
@@ -62,6 +65,7 @@ class MigProfile:
     memory_slices: int
     memory_mib: int
     placements: tuple[int, ...]
+    instance_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +237,8 @@ class MigControl:
             if not getattr(info, "name", b"") and not memory_bytes:
                 memory_bytes = int(self._call(f"gpu {index}: memory", "nvmlDeviceGetMemoryInfo", handle).total)
             out.append(MigProfile(int(info.id), profile_name(enum, info, memory_bytes), int(info.sliceCount),
-                                  int(placements[0][1]), int(info.memorySizeMB), tuple(s for s, _ in placements)))
+                                  int(placements[0][1]), int(info.memorySizeMB), tuple(s for s, _ in placements),
+                                  int(info.instanceCount)))
         return tuple(out)
 
     def instances(self, index: int) -> tuple[GpuInstanceInfo, ...]:

@@ -49,7 +49,8 @@ def test_profiles_are_the_drivers_for_an_a100_80gb(a100: sim.SimulatedNode, mig:
     geometry = a100.mig_geometry(GPU)
     assert geometry is not None and geometry.key == "a100-80gb"
     by_enum = sorted(geometry.profiles, key=lambda p: p.enum)  # the walk goes through the enum in order
-    expected = tuple(MigProfile(p.id, p.name, p.compute_slices, p.memory_slices, p.memory_mib, p.starts) for p in by_enum)
+    expected = tuple(MigProfile(p.id, p.name, p.compute_slices, p.memory_slices, p.memory_mib, p.starts, p.instance_count)
+                     for p in by_enum)
     assert mig.profiles(GPU) == expected
     # enum 5, 6 and 8 are NOT_SUPPORTED on an A100: skipped, and 9 (1g.20gb, id 15) still found after them
     assert [p.name for p in expected][-1] == "1g.20gb" and expected[-1].id == 15
