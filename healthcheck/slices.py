@@ -6,8 +6,8 @@ attribution, the GPU machine's records):
 - ``slice_usage``: the memory a slice's processes hold on its card (bytes) and their share of the
   card's SM time (ratio 0..1). A MIG slice's processes are those NVML lists in its GPU instance
   (``GpuProcess.gpu_instance_id``); NVML gives no per-process SM time inside MIG instances, so a
-  MIG slice's share is unknown (None) once a process runs in it — its compute is fenced by the
-  hardware anyway. A TDM
+  MIG slice's share is always unknown (None), idle or busy — its compute is fenced by the hardware
+  anyway. A TDM
   slice's processes are its pod owner's on its card (``AttributionSnapshot.pods``: every process
   of the container, not capped like ``processes``); a slice of a free owner (``owner_id``) has no
   processes the agent can tell apart: unknown. Unknown is None, never 0.
@@ -48,7 +48,8 @@ MIB = 1 << 20
 @dataclass(frozen=True, slots=True)
 class SliceUsage:
     """What a slice's processes use on its card: bytes of memory, ratio 0..1 of its SM time (the
-    sum of their nvmlDeviceGetProcessUtilization smUtil, capped at 1); None where unknown."""
+    sum of their nvmlDeviceGetProcessUtilization smUtil, capped at 1); None where unknown (a MIG
+    slice's SM time, always)."""
 
     memory_bytes: int | None
     sm_ratio: float | None
@@ -73,23 +74,24 @@ def slice_usage(slice_: Slice, snapshot: NodeSnapshot | None, attribution: Attri
         if slice_.mig is None or any(not is_available(p.gpu_instance_id) for p in gpu.processes):
             return UNKNOWN  # no instance yet, or NVML does not say which instance a process is in
         mine = [p for p in gpu.processes if p.gpu_instance_id == slice_.mig.gpu_instance_id]
-        return _summed([p.used_memory_bytes for p in mine], [p.sm_utilization for p in mine], len(mine))
+        return SliceUsage(_memory([p.used_memory_bytes for p in mine]), None, len(mine))  # no SM time in MIG (module docstring)
     owner = slice_.spec.owner
     if not owner.is_pod or attribution is None:
         return UNKNOWN
     rows = [u for u in attribution.pods if u.gpu_uuid == slice_.gpu.uuid and u.owner.pod_uid == owner.pod_uid
             and (not owner.container or u.owner.container == owner.container)]
-    return _summed([u.used_memory_bytes for u in rows], [u.sm_utilization for u in rows],
-                   sum(u.processes for u in rows))
+    return SliceUsage(_memory([u.used_memory_bytes for u in rows]), _sm_share([u.sm_utilization for u in rows]),
+                      sum(u.processes for u in rows))
 
 
-def _summed(memory: list[Reading[int]], sm: list[Reading[float]], processes: int) -> SliceUsage:
-    """Sums of the readings; unknown (None) when any one is (a partial sum would under-report)."""
-    return SliceUsage(
-        sum(m for m in memory if is_available(m)) if all(is_available(m) for m in memory) else None,
-        min(1.0, sum(s for s in sm if is_available(s))) if all(is_available(s) for s in sm) else None,
-        processes,
-    )
+def _memory(readings: list[Reading[int]]) -> int | None:
+    """The bytes the readings sum to; unknown (None) when any one is (a partial sum would under-report)."""
+    return sum(r for r in readings if is_available(r)) if all(is_available(r) for r in readings) else None
+
+
+def _sm_share(readings: list[Reading[float]]) -> float | None:
+    """The SM ratios' sum, capped at 1; unknown (None) when any one is."""
+    return min(1.0, sum(r for r in readings if is_available(r))) if all(is_available(r) for r in readings) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,11 +54,13 @@ class HealthCollector(CardCollector):
             "runtimekit_gpu_fault_events_total",
             "Times the fault became active on the GPU at this severity (kept across agent restarts).",
             labels=FAULT_LABELS,
+            sampled=False,
         )
         transitions = counter(
             "runtimekit_health_transitions_total",
             "GPU health state transitions (kept across agent restarts).",
             labels=(*GPU_LABELS, "from", "to"),
+            sampled=False,
         )
         node = gauge(
             "runtimekit_node_health",
@@ -75,6 +77,7 @@ class HealthCollector(CardCollector):
             "runtimekit_node_fault_events_total",
             "Times the node-level fault became active at this severity (kept across agent restarts).",
             labels=("fault", "severity"),
+            sampled=False,
         )
         seconds = gauge(
             "runtimekit_health_evaluation_seconds",

@@ -5,7 +5,9 @@ on each GPU in MIG mode). A MIG device is a compute instance inside a GPU instan
 carry the parent's ``gpu`` and ``uuid`` and the instance ids ``gpu_instance`` and
 ``compute_instance`` (NVML's), the labels the process and pod series name their MIG instance with,
 so ``on (uuid, gpu_instance, compute_instance)`` joins them. Memory belongs to the GPU instance
-(its compute instances share it): one series per GPU instance, so that sums do not count it twice.
+(its compute instances share it): one series per GPU instance, so that sums do not count it twice,
+from the first of its devices that has the reading. The device count is absent when NVML could not
+list the devices this cycle (the ``mig_devices`` listing error of ``GpuSnapshot.errors``), never 0.
 No utilization series: NVML cannot attribute utilization to a MIG device (MIG User Guide), and a
 missing reading is never exported as 0. MIG mode itself is the ``modes`` collector's
 ``runtimekit_gpu_mig_mode``.
@@ -13,12 +15,13 @@ missing reading is never exported as 0. MIG mode itself is the ``modes`` collect
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
 from runtimekit.exporter.collectors._common import GPU_LABELS, SAMPLED, CardCollector, add, gauge, gpu_labels, live_gpus, nonempty, text
 from runtimekit.exporter.family import Family
+from runtimekit.gpu.types import GpuSnapshot, MigDevice, Reading, is_available
 from runtimekit.state import NodeView
 
 # How every family names a MIG instance: NVML's GPU and compute instance ids ("" on a whole GPU).
@@ -36,7 +39,7 @@ class MigCollector(CardCollector):
         )
         devices = gauge(
             "runtimekit_gpu_mig_devices",
-            "MIG devices (compute instances) of a GPU in MIG mode; 0 when it has none.",
+            "MIG devices (compute instances) of a GPU in MIG mode; 0 when it has none, absent when NVML could not list them.",
         )
         used = gauge(
             "runtimekit_gpu_mig_memory_used_bytes",
@@ -59,16 +62,27 @@ class MigCollector(CardCollector):
             if not gpu.mig_enabled:
                 continue
             labels = gpu_labels(gpu)
-            devices.add_metric(labels, float(len(gpu.mig_devices)))
-            seen: set[int] = set()
+            if _listed(gpu):
+                devices.add_metric(labels, float(len(gpu.mig_devices)))
+            instances: dict[int, list[MigDevice]] = {}
             for device in gpu.mig_devices:
                 instance = (str(device.gpu_instance_id), str(device.compute_instance_id))
                 info.add_metric([*labels, *instance], {"mig_uuid": device.uuid, "profile": text(device.profile)})
-                if device.gpu_instance_id in seen:
-                    continue  # the GPU instance's memory and slices, once
-                seen.add(device.gpu_instance_id)
-                per_instance = (*labels, instance[0])
-                add(used, per_instance, device.memory_used_bytes)
-                add(total, per_instance, device.memory_total_bytes)
-                add(slices, per_instance, device.compute_slices)
+                instances.setdefault(device.gpu_instance_id, []).append(device)
+            for gpu_instance, members in instances.items():  # the GPU instance's memory and slices, once
+                per_instance = (*labels, str(gpu_instance))
+                add(used, per_instance, _first(d.memory_used_bytes for d in members))
+                add(total, per_instance, _first(d.memory_total_bytes for d in members))
+                add(slices, per_instance, _first(d.compute_slices for d in members))
         yield from nonempty(info, devices, used, total, slices)
+
+
+def _listed(gpu: GpuSnapshot) -> bool:
+    """False when the reader could not list the GPU's MIG devices (its ``mig_devices`` error in
+    ``GpuSnapshot.errors``, runtimekit.gpu.reader): how many there are is then unknown."""
+    return not any(name == "mig_devices" for name, _ in gpu.errors)
+
+
+def _first(readings: Iterator[Reading[int]]) -> int | None:
+    """The first available reading of a GPU instance's devices (they share the value); None when none is."""
+    return next((reading for reading in readings if is_available(reading)), None)

@@ -9,6 +9,11 @@ the device is listed: the GPU and compute instance ids (nvmlDeviceGetGpuInstance
 ComputeInstanceId), the GPU instance's profile and placement (nvmlDeviceGetGpuInstanceById ->
 nvmlGpuInstanceGetInfo -> nvmlDeviceGetGpuInstanceProfileInfoByIdV; profiles cached per GPU). So a
 known device costs 3 NVML calls a cycle, and a created or destroyed instance shows in the next one.
+A device whose profile or placement failed with a real NVML error is not kept: it is identified
+again next cycle, and until then its failed fields are Unavailable (reading errors of the snapshot,
+``mig_devices[<index>].<field>``). A device that cannot be listed at all (its handle, UUID or
+instance ids failed), like a failed count, is the listing's failure (``mig_devices``): the number
+of devices is then unknown.
 
 Utilization is never read: NVML cannot attribute it to a MIG device (MIG User Guide,
 getting-started-with-mig.html; nvmlDeviceGetUtilizationRates answers NOT_SUPPORTED there).
@@ -56,7 +61,7 @@ class MigDeviceReader:
                 failure = failure or _real(device)
             elif device is not None:
                 found[device.uuid] = device
-        self._known[index] = found
+        self._known[index] = {uuid: device for uuid, device in found.items() if _identified(device)}
         return tuple(found.values()), failure
 
     def forget(self, index: int) -> None:
@@ -84,8 +89,8 @@ class MigDeviceReader:
         return replace(device, **dynamic) if device is not None else self._identify(handle, mig, parent, uuid, dynamic)
 
     def _identify(self, handle: Any, mig: Any, parent: GpuRef, uuid: str, dynamic: dict[str, Any]) -> MigDevice | Unavailable:
-        """A MIG device seen for the first time: what it keeps while it exists (its instance ids,
-        its GPU instance's profile and placement) read once, with this cycle's ``dynamic`` fields."""
+        """A MIG device not yet identified: what it keeps while it exists (its instance ids, its GPU
+        instance's profile and placement), with this cycle's ``dynamic`` fields."""
         call = self.session.call
         gpu_instance = call("nvmlDeviceGetGpuInstanceId", mig)
         if not is_available(gpu_instance):
@@ -113,9 +118,15 @@ class MigDeviceReader:
         if key not in self._profiles:
             info = self.session.call("nvmlDeviceGetGpuInstanceProfileInfoByIdV", handle, profile_id)
             if not is_available(info):
-                return info  # read again with the next new device
+                return info  # read again at the next identification (the device is not kept)
             self._profiles[key] = info
         return self._profiles[key]
+
+
+def _identified(device: MigDevice) -> bool:
+    """False when a field read once per MIG UUID failed with a real error: not kept, read again."""
+    kept = (device.profile, device.profile_id, device.placement_start, device.compute_slices, device.multiprocessors)
+    return not any(isinstance(value, Unavailable) and value.reason in REAL_ERRORS for value in kept)
 
 
 def _real(value: Unavailable) -> Unavailable | None:

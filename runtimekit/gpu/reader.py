@@ -293,7 +293,7 @@ class NodeReader:
             memory_hertz=_map(call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM), lambda mhz: mhz * MHZ),
             graphics_hertz=_map(call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_GRAPHICS), lambda mhz: mhz * MHZ),
             event_reasons=_map(self.session.call_versioned("nvmlDeviceGetCurrentClocksEventReasons", CLOCK_EVENT_REASONS, handle), int),
-            performance_state=call("nvmlDeviceGetPerformanceState", handle),
+            performance_state=_map(call("nvmlDeviceGetPerformanceState", handle), _performance_state),
         )
         pcie = Pcie(
             generation=call("nvmlDeviceGetCurrPcieLinkGeneration", handle),
@@ -339,6 +339,14 @@ class NodeReader:
             mig_mode_current=_map(mig, lambda m: bool(m[0])),
             mig_mode_pending=_map(mig, lambda m: bool(m[1])),
         )
+
+
+def _performance_state(value: int) -> Reading[int]:
+    """A P-state, 0 (max performance) .. 15 (min) (NVML_PSTATE_0..15). NVML_PSTATE_UNKNOWN (32), the
+    driver's "cannot tell" (nvidia-smi: Unknown), is not supported; any other value an error."""
+    if value == pynvml.NVML_PSTATE_UNKNOWN:
+        return Unavailable("not_supported", "nvmlDeviceGetPerformanceState: NVML_PSTATE_UNKNOWN")
+    return int(value) if value in range(16) else Unavailable("error", f"nvmlDeviceGetPerformanceState: unknown nvmlPstates_t {value}")
 
 
 def _recovery_action(value: float | int) -> str:
@@ -389,13 +397,12 @@ def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) ->
     )
 
 
-
-
 def _errors(snapshot: GpuSnapshot, *listings: tuple[str, Unavailable | None]) -> tuple[tuple[str, str], ...]:
     """The readings that failed with a real error (not 'not supported'), for self-metrics and logs.
 
-    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``), and the
-    name of each failed listing (``processes``, ``mig_devices``).
+    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``,
+    ``mig_devices[0].profile`` by NVML index), and the name of each failed listing (``processes``,
+    ``mig_devices``: the list is then incomplete).
     """
     found: list[tuple[str, str]] = []
     groups: list[tuple[str, Any]] = [
@@ -405,6 +412,7 @@ def _errors(snapshot: GpuSnapshot, *listings: tuple[str, Unavailable | None]) ->
         ("remapped_rows", snapshot.remapped_rows), ("modes", snapshot.modes),
     ]
     groups += [(f"nvlinks[{link.link}]", link) for link in snapshot.nvlinks]
+    groups += [(f"mig_devices[{device.index}]", device) for device in snapshot.mig_devices]
     for group_name, group in groups:
         if group is None:
             continue

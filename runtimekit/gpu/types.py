@@ -285,6 +285,13 @@ class GpuSnapshot:
         """True when MIG mode is in effect (the current mode, not a pending one)."""
         return self.modes is not None and self.modes.mig_mode_current is True
 
+    @property
+    def memory_total_bytes(self) -> Reading[int]:
+        """The framebuffer's size in bytes: this cycle's nvmlDeviceGetMemoryInfo_v2 total, or the
+        size read at discovery (``GpuLimits.memory_total_bytes``) when this cycle could not read it."""
+        total = self.memory.total_bytes if self.memory is not None else None
+        return total if total is not None and is_available(total) else self.limits.memory_total_bytes
+
     def mig_device(self, gpu_instance_id: Reading[int], compute_instance_id: Reading[int]) -> MigDevice | None:
         """The MIG device of these instance ids (a process's, an XID's), None when there is none."""
         return next(

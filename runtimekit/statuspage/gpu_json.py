@@ -17,7 +17,8 @@ from runtimekit.state.slices import DeviceModeInfo, Slice, SliceTable
 
 T = TypeVar("T")
 MiB = 1 << 20
-#: The processes listed per GPU, most GPU memory first (``processes_total`` counts them all).
+#: The processes listed per GPU, most GPU memory first (``processes_total`` counts them all: every
+#: process NVML lists on the GPU, not only the attributor's rows, which it caps per GPU).
 MAX_PROCESSES_PER_GPU = 8
 
 
@@ -52,8 +53,8 @@ def _attributed(process: AttributedProcess) -> dict[str, Any]:
 
 
 def render_processes(gpu: GpuSnapshot, attribution: AttributionSnapshot | None) -> list[dict[str, Any]]:
-    """Every process on the GPU, most memory first: attribution's (name, container) when it has
-    this GPU, else NVML's alone (pid and memory)."""
+    """The processes on the GPU, most memory first: attribution's rows (name, container; at most
+    ``attribution.max_processes_per_gpu``) when it has this GPU, else NVML's alone (pid and memory)."""
     found = [_attributed(p) for p in attribution.processes if p.gpu_index == gpu.index] if attribution else []
     if not found:
         found = [{"pid": p.pid, "name": None, "used_memory_bytes": value(p.used_memory_bytes),
@@ -98,7 +99,7 @@ def render_gpu(gpu: GpuSnapshot, health: GpuHealth | None, attribution: Attribut
         "mig_enabled": gpu.mig_enabled,
         "health": render_gpu_health(health),
         "utilization": value(gpu.utilization.gpu) if gpu.utilization else None,
-        "memory_total_bytes": value(memory.total_bytes if memory else gpu.limits.memory_total_bytes),
+        "memory_total_bytes": value(gpu.memory_total_bytes),
         "memory_used_bytes": value(memory.used_bytes) if memory else None,
         "temperature_celsius": value(thermal.gpu_celsius) if thermal else None,
         "power_watts": value(power.draw_watts) if power else None,
@@ -106,7 +107,7 @@ def render_gpu(gpu: GpuSnapshot, health: GpuHealth | None, attribution: Attribut
         "slicer": render_device_mode(slices.devices.get(gpu.index)),
         "slices": sorted(s.id for s in slices.on_gpu(gpu.index)),
         "processes": processes[:MAX_PROCESSES_PER_GPU],
-        "processes_total": len(processes),
+        "processes_total": len(gpu.processes),
         "pods": render_pods(gpu.index, attribution),
     }
 

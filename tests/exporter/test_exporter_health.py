@@ -7,6 +7,7 @@ import subprocess
 from exporter_factories import make_health, make_snapshot, make_state, samples, uuid_for, value
 from prometheus_client import generate_latest
 
+from runtimekit.exporter.collectors._common import SAMPLED
 from runtimekit.exporter.collectors.health import STATES, HealthCollector
 from runtimekit.exporter.registry import COLLECTORS, build_registry
 
@@ -57,6 +58,14 @@ def test_active_faults_events_and_transitions():
     assert value(families, "runtimekit_node_fault_events_total", fault="gpu_count_low") == 1
     assert value(families, "runtimekit_health_evaluation_seconds") == 0.0015
 
+
+
+def test_event_counters_do_not_say_they_are_sampled():
+    """Counts of events kept across restarts (like the XID counter), not readings taken on the interval."""
+    documentation = {f.name: f.documentation for f in collect(make_health())}
+    for name in ("runtimekit_gpu_fault_events", "runtimekit_health_transitions", "runtimekit_node_fault_events"):
+        assert "kept across agent restarts" in documentation[name] and SAMPLED not in documentation[name]
+    assert SAMPLED in documentation["runtimekit_gpu_health"]
 
 def test_a_cleared_fault_leaves_the_exposition():
     health = make_health()

@@ -38,8 +38,8 @@ def mig_device(gpu: int, gi: int, ci: int, profile: str = "3g.40gb", used: objec
     return MigDevice(**fields)
 
 
-def mig_gpu(index: int = 0, devices: tuple[MigDevice, ...] = ()):
-    return make_gpu(index, modes=MIG_MODE, mig_devices=devices, utilization=None, processes=())
+def mig_gpu(index: int = 0, devices: tuple[MigDevice, ...] = (), errors: tuple[tuple[str, str], ...] = ()):
+    return make_gpu(index, modes=MIG_MODE, mig_devices=devices, utilization=None, processes=(), errors=errors)
 
 
 def node_with_mig():
@@ -84,6 +84,25 @@ def test_mig_mode_without_instances_counts_zero_and_other_gpus_have_no_mig_serie
     assert [(f.name, [(s.labels, s.value) for s in f.samples]) for f in families] == [("runtimekit_gpu_mig_devices", [(G0, 0.0)])]
     assert list(MigCollector().collect(make_state(make_snapshot()).view())) == []  # no GPU in MIG mode
 
+
+
+def test_a_gpu_instance_takes_each_value_from_the_first_of_its_devices_that_has_it():
+    memory, profile = (Unavailable("error", f"{call}: NVML_ERROR_UNKNOWN")
+                       for call in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetGpuInstanceProfileInfoByIdV"))
+    devices = (mig_device(0, 1, 0, used=memory, compute_slices=profile), mig_device(0, 1, 1, used=7 * GiB))
+    state = make_state(make_snapshot((mig_gpu(0, devices),)))
+    assert [s.value for s in samples(state, "runtimekit_gpu_mig_compute_slices")] == [3]
+    assert [s.value for s in samples(state, "runtimekit_gpu_mig_memory_used_bytes")] == [7 * GiB]
+
+
+def test_the_device_count_is_absent_when_the_listing_failed_never_0():
+    listing = ("mig_devices", "nvmlDeviceGetMaxMigDeviceCount: NVML_ERROR_UNKNOWN")
+    state = make_state(make_snapshot((mig_gpu(0, errors=(listing,)), mig_gpu(1, (mig_device(1, 1, 0),), errors=(listing,)))))
+    assert samples(state, "runtimekit_gpu_mig_devices") == []
+    assert [s.labels["gpu"] for s in samples(state, "runtimekit_gpu_mig_device_info")] == ["1"]  # what was read stays
+    field = ("mig_devices[0].profile", "nvmlDeviceGetGpuInstanceProfileInfoByIdV: NVML_ERROR_UNKNOWN")
+    state = make_state(make_snapshot((mig_gpu(0, (mig_device(0, 1, 0),), errors=(field,)),)))
+    assert [s.value for s in samples(state, "runtimekit_gpu_mig_devices")] == [1.0]  # a device's field: listed all the same
 
 def test_no_utilization_series_for_mig_devices_nor_processes_in_them():
     state = node_with_mig()

@@ -121,5 +121,32 @@ def test_a_failing_listing_is_an_error_of_its_own(make_node, make_reader, patch_
     assert gpu.memory is not None and is_available(gpu.memory.used_bytes)  # the rest is read as usual
 
 
+
+def test_a_failed_profile_read_is_a_reading_error_and_is_read_again_next_cycle(make_node, make_reader, monkeypatch):
+    node = make_node("dgx-h100")
+    mig_on(node, 0)
+    gi, ci = instance(node, 0, THREE_G, 0)
+    lib = pynvml.nvmlLib
+    profile_info = lib.nvmlDeviceGetGpuInstanceProfileInfoByIdV
+    calls: list[tuple] = []
+
+    def flaky(*args):  # the first read fails, the next ones answer
+        calls.append(args)
+        return UNKNOWN if len(calls) == 1 else profile_info(*args)
+
+    monkeypatch.setattr(lib, "nvmlDeviceGetGpuInstanceProfileInfoByIdV", flaky)
+    reader = make_reader()
+    first = reader.sample().gpus[0]
+    [device] = first.mig_devices
+    assert (device.uuid, device.gpu_instance_id, device.placement_start) == (ci.uuid, gi.id, 0)
+    assert not is_available(device.profile) and not is_available(device.compute_slices)
+    failed = f"nvmlDeviceGetGpuInstanceProfileInfoByIdV: {pynvml_error_name(UNKNOWN)}"
+    assert {name for name, error in first.errors if error == failed} == {
+        "mig_devices[0].profile", "mig_devices[0].compute_slices", "mig_devices[0].multiprocessors"}
+    assert not any(name == "mig_devices" for name, _ in first.errors)  # listed: the count is known
+    again = reader.sample().gpus[0]
+    [device] = again.mig_devices
+    assert (device.profile, device.compute_slices) == ("3g.40gb", 3) and again.errors == ()
+
 def pynvml_error_name(code: int) -> str:
     return next(name for name, value in vars(pynvml).items() if name.startswith("NVML_ERROR_") and value == code)

@@ -195,6 +195,15 @@ async def test_a_mig_slice_counts_only_the_processes_in_its_instance():
     assert a.utilization is None  # NVML has no per-process SM time inside a MIG instance
 
 
+@pytest.mark.parametrize("sm", [None, 0.4], ids=["idle", "a ratio in the row"])
+async def test_a_mig_slice_never_has_an_sm_share_idle_or_busy(sm):
+    """Idle (no process: nothing to sum) is not 0, and a ratio a row might carry is not summed either."""
+    rows = () if sm is None else (dataclasses.replace(in_instance(10, 1, 100 * MiB), sm_utilization=sm),)
+    node = Node(mig_slice("s-a", 1))
+    a = by_id(await node.sample(make_snapshot(mig_gpu(0, processes=rows), make_gpu(1))))["s-a"]
+    assert (a.memory_used_bytes, a.utilization) == (len(rows) * 100 * MiB, None)
+
+
 async def test_compute_over_share_fires_only_after_the_window():
     node = Node(tdm_slice("s-t", compute=50), tdm_slice("s-free", compute=0))
     busy = make_attribution(pods=(make_pod_usage(1, used_memory_bytes=GiB, sm_utilization=0.8),))

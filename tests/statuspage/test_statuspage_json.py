@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from importlib.resources import files
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from exporter_factories import GiB, make_gpu, make_snapshot, make_state, uuid_for
+from exporter_factories import GiB, make_attribution, make_gpu, make_process, make_snapshot, make_state, uuid_for
 from statuspage_factories import SLICE_ID, make_node
 
-from runtimekit.gpu.types import GpuProcess, Utilization
+from runtimekit.gpu.types import GpuProcess, Unavailable, Utilization
 from runtimekit.state import NodeState
 from runtimekit.statuspage import NODE_PATH, add_status_routes
 
@@ -100,6 +101,21 @@ async def test_without_attribution_processes_come_from_nvml_most_memory_first():
     assert [(p["pid"], p["name"], p["container"]) for p in listed["processes"]] == [(7, None, None), (4242, None, None)]
     assert listed["health"] is None and listed["slicer"] is None
 
+
+
+async def test_a_memory_total_this_cycle_could_not_read_falls_back_to_discovery_as_in_the_metrics():
+    base = make_gpu(0)
+    failed = replace(base.memory, total_bytes=Unavailable("error", "nvmlDeviceGetMemoryInfo: NVML_ERROR_UNKNOWN"))
+    [listed] = (await node_document(make_state(make_snapshot((replace(base, memory=failed),)))))["gpus"]
+    assert listed["memory_total_bytes"] == base.limits.memory_total_bytes == 80 * GiB
+
+
+async def test_processes_total_counts_every_nvml_process_not_the_attributors_capped_rows():
+    listed = tuple(GpuProcess(pid, GiB, "compute") for pid in (10, 11, 12))
+    state = make_state(make_snapshot((make_gpu(0, processes=listed),)))
+    state.publish_attribution(make_attribution((make_process(10), make_process(11))))  # capped at 2 per GPU
+    [gpu] = (await node_document(state))["gpus"]
+    assert (len(gpu["processes"]), gpu["processes_total"]) == (2, 3)
 
 async def test_non_finite_readings_are_null_never_invalid_json():
     nan = float("nan")
