@@ -20,12 +20,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.mig import GpuInstanceInfo, MigControl, MigOpError, MigProfile
 from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.types import NodeSnapshot, is_available
 from runtimekit.state.health import NodeHealth
 from runtimekit.state.refs import GpuRef
-from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError
+from runtimekit.state.slices import DeviceModeInfo, DeviceModeName, DeviceSelector, SliceError, SliceSpec
 
 from .journal import Record
 from .mig_planner import MigCard
@@ -190,12 +191,67 @@ def unschedulable(health: NodeHealth | None) -> dict[str, str]:
             for gpu in health.gpus if not gpu.schedulable}
 
 
-def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str) -> list[Card]:
-    """``cards`` less those the health checker allows no new work on (``unschedulable``);
-    SliceError (failed_precondition, ``device``) naming each card and why when none is left."""
+def held_by_pods(attribution: AttributionSnapshot | None, pod_uid: str) -> dict[str, str]:
+    """Why a time-shared slice for ``pod_uid`` ("" for a free owner) may not go on a GPU: the
+    kubelet allocated it to another pod's container whole or as a time-slicing replica
+    (``AttributionSnapshot.held_whole``), so a slice there would share a GPU promised to that pod.
+    By GPU UUID; empty while the allocations are unknown (no attribution, or its kubelet source
+    down), when nothing can be seen."""
+    if attribution is None:
+        return {}
+    return {uuid: f"allocated to pod {owner.namespace}/{owner.pod} (container {owner.container or 'unknown'})"
+            for uuid, owner in attribution.held_whole().items() if not pod_uid or owner.pod_uid != pod_uid}
+
+
+def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str, by: str = "the health checker") -> list[Card]:
+    """``cards`` less those ``by`` allows no new work on (``blocked``: why, by GPU UUID —
+    ``unschedulable``, ``held_by_pods``); SliceError (failed_precondition, ``device``) naming each
+    card and why when none is left."""
     left = [card for card in cards if card.gpu.uuid not in blocked]
     if cards and not left:
         why = "; ".join(f"GPU {card.index} is {blocked[card.gpu.uuid]}" for card in cards)
         which = f"GPU {cards[0].index}" if len(cards) == 1 else f"every card in {mode} mode"
-        raise SliceError("failed_precondition", "device", f"{which} takes no new work now, by the health checker ({why})")
+        raise SliceError("failed_precondition", "device", f"{which} takes no new work now, by {by} ({why})")
     return left
+
+
+def check_mode(card: Card, spec: SliceSpec, slices: int) -> None:
+    """The card-mode rule for a slice on a named card holding ``slices`` slices: SliceError
+    (failed_precondition, ``device``) with the way out that would be accepted (a card's mode
+    changes only while it has no slice)."""
+    if card.pending is not None:
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} has a MIG mode change to {card.pending} "
+                         "pending until a GPU reset; it takes no new slices until then")
+    first = f"delete its {slices} slice(s), then " if slices else ""
+    if spec.mode == "tdm" and card.mode == "mig":
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in MIG mode; TDM slices need a card "
+                         f"in tdm mode ({first}runtimekit device mode {card.index} tdm)")
+    if spec.mode == "mig" and card.mode == "tdm":
+        hint = (f"{first}runtimekit device mode {card.index} mig, then a GPU reset" if card.mig_capable
+                else "this card does not support MIG")
+        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in tdm mode; MIG slices need a card "
+                         f"in MIG mode ({hint})")
+
+
+def no_card(mode: str, cards: Mapping[int, Card], records: Iterable[Record]) -> str:
+    """Why no card takes a slice of ``mode``, and a way out that would be accepted: a card already
+    switching to it (a reset away), one in it with a change away pending (cancel it), a card
+    without slices to switch, else that slices hold every card that could be switched."""
+    switching = sorted(c.index for c in cards.values() if c.pending == mode)
+    if switching:
+        return (f"no card is in {mode} mode yet; GPU {', '.join(map(str, switching))} will be after a GPU reset "
+                "(its mode change is pending)")
+    leaving = sorted(c.index for c in cards.values() if c.mode == mode)  # none is free of a pending change here
+    if leaving:
+        return (f"every card in {mode} mode has a mode change pending; runtimekit device mode {leaving[0]} {mode} "
+                "cancels it")
+    able = sorted(c.index for c in cards.values() if mode == "tdm" or c.mig_capable)
+    if not able:
+        return "no card of this node supports MIG"
+    used = {r.gpu_uuid for r in records}
+    free = [index for index in able if cards[index].gpu.uuid not in used]
+    if not free:
+        return (f"no card is in {mode} mode, and every card that could be has slices (GPU "
+                f"{', '.join(map(str, able))}): a card's mode changes only when it has none")
+    return (f"no card is in {mode} mode; switch a card with no slices: runtimekit device mode {free[0]} {mode} "
+            "(it takes effect after a GPU reset)")

@@ -38,7 +38,20 @@ from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
 
 from . import cdi
-from .cards import Card, ProfileCache, device_info, mig_card, read_cards, schedulable, select_card, tdm_card, unschedulable
+from .cards import (
+    Card,
+    ProfileCache,
+    check_mode,
+    device_info,
+    held_by_pods,
+    mig_card,
+    no_card,
+    read_cards,
+    schedulable,
+    select_card,
+    tdm_card,
+    unschedulable,
+)
 from .journal import Journal, JournalUnwritable, Record
 from .mig_planner import plan_mig
 from .owners import Grace, OwnerWatch
@@ -247,18 +260,21 @@ class Slicer:
         SliceError when the card-mode rule, the card's memory or its free capacity refuse it, or a
         profile or placement asked for does not fit (``mig_planner``). The device selector is
         applied here, once: the planners choose among the candidates."""
-        blocked = unschedulable(self._state.view().health)  # no new work where the health checker says so
+        view = self._state.view()
+        blocked = unschedulable(view.health)  # no new work where the health checker says so
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
-                raise SliceError("failed_precondition", "mode", _no_card(spec.mode, cards, books))
+                raise SliceError("failed_precondition", "mode", no_card(spec.mode, cards, books.records.values()))
             check_fits_card(spec, max(c.memory_mib for c in candidates))
         else:
             card = select_card(cards, spec.device)
             check_fits_card(spec, card.memory_mib)
-            _check_mode(card, spec)
+            check_mode(card, spec, sum(r.gpu_uuid == card.gpu.uuid for r in books.records.values()))
             candidates = [card]
         candidates = schedulable(candidates, blocked, spec.mode)
+        if spec.mode == "tdm":  # a MIG slice is its own instance: the kubelet's MIG devices are the planner's
+            candidates = schedulable(candidates, held_by_pods(view.attribution, spec.owner.pod_uid), spec.mode, "the kubelet")
         slice_id = "s-" + secrets.token_hex(6)
         record = Record(id=slice_id, phase="creating", spec=spec, gpu_uuid="", gpu_index=-1, created_at=self._clock(),
                         compute=spec.compute, memory_mib=spec.memory_mib,
@@ -374,42 +390,3 @@ def _record(books: Books, slice_id: str) -> Record:
     if record is None:
         raise SliceError("not_found", "slice_id", f"no slice {slice_id!r} on this node")
     return record
-
-
-def _check_mode(card: Card, spec: SliceSpec) -> None:
-    """The card-mode rule for a slice on a named card."""
-    if card.pending is not None:
-        raise SliceError("failed_precondition", "device", f"GPU {card.index} has a MIG mode change to {card.pending} "
-                         "pending until a GPU reset; it takes no new slices until then")
-    if spec.mode == "tdm" and card.mode == "mig":
-        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in MIG mode; TDM slices need a card "
-                         f"in tdm mode (runtimekit device mode {card.index} tdm)")
-    if spec.mode == "mig" and card.mode == "tdm":
-        hint = (f"runtimekit device mode {card.index} mig, then a GPU reset" if card.mig_capable
-                else "this card does not support MIG")
-        raise SliceError("failed_precondition", "device", f"GPU {card.index} is in tdm mode; MIG slices need a card "
-                         f"in MIG mode ({hint})")
-
-
-def _no_card(mode: str, cards: dict[int, Card], books: Books) -> str:
-    """Why no card takes a slice of ``mode``, and a way out that would be accepted: a card already
-    switching to it (a reset away), one in it with a change away pending (cancel it), a card
-    without slices to switch, else that slices hold every card that could be switched."""
-    switching = sorted(c.index for c in cards.values() if c.pending == mode)
-    if switching:
-        return (f"no card is in {mode} mode yet; GPU {', '.join(map(str, switching))} will be after a GPU reset "
-                "(its mode change is pending)")
-    leaving = sorted(c.index for c in cards.values() if c.mode == mode)  # none is free of a pending change here
-    if leaving:
-        return (f"every card in {mode} mode has a mode change pending; runtimekit device mode {leaving[0]} {mode} "
-                "cancels it")
-    able = sorted(c.index for c in cards.values() if mode == "tdm" or c.mig_capable)
-    if not able:
-        return "no card of this node supports MIG"
-    used = {r.gpu_uuid for r in books.records.values()}
-    free = [index for index in able if cards[index].gpu.uuid not in used]
-    if not free:
-        return (f"no card is in {mode} mode, and every card that could be has slices (GPU "
-                f"{', '.join(map(str, able))}): a card's mode changes only when it has none")
-    return (f"no card is in {mode} mode; switch a card with no slices: runtimekit device mode {free[0]} {mode} "
-            "(it takes effect after a GPU reset)")

@@ -136,8 +136,7 @@ def destroy_orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnaps
     """Rule 3: destroy the orphan instances past their grace period; returns those destroyed. None
     while the kubelet's allocations are unknown (no attribution, or its kubelet source down — an
     instance the kubelet handed a pod would look free): the grace periods start again once known."""
-    kubelet = attribution.sources.get("kubelet") if attribution is not None else None
-    if attribution is None or kubelet is None or not kubelet.up:
+    if attribution is None or not attribution.kubelet_known:
         grace.clear()
         return []
     index = {card.gpu.uuid: card.index for card in cards.values()}

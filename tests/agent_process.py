@@ -13,9 +13,22 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def without_pods(scenario: str, folder: Path) -> str:
+    """A copy of the built-in ``scenario`` with no Kubernetes pod, as a YAML file for ``--sim``: a
+    node where no pod holds a GPU through a device plugin, as on a node whose GPUs DRA and the
+    slicer hand out. (The built-in scenarios model busy nodes whose pods hold nearly every GPU
+    whole, and the slicer makes no time-shared slice on a GPU another pod holds.)"""
+    data = yaml.safe_load((ROOT / "runtimekit" / "sim" / "scenarios" / f"{scenario}.yaml").read_text())
+    data["kubernetes"]["pods"] = []
+    path = folder / f"{scenario}-without-pods.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
 
 
 def free_port() -> int:

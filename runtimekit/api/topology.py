@@ -57,15 +57,17 @@ def topology_message(topology: Topology) -> node_pb2.Topology:
 def free_whole_devices(view: NodeView, topology: Topology) -> set[int]:
     """The default candidates: the topology's GPUs that are sampled, not lost, whole (not in
     partition mode, no partitions, no change to partition mode waiting for a GPU reset: the
-    slicer's ``pending`` or the sample's ``mig_mode_pending``), hold no slice, and are schedulable
-    (no verdict yet counts)."""
+    slicer's ``pending`` or the sample's ``mig_mode_pending``), hold no slice, are not allocated
+    to a container by the kubelet (``AttributionSnapshot.held_whole``, while it is known), and are
+    schedulable (no verdict yet counts)."""
     gpus = {gpu.index: gpu for gpu in view.snapshot.gpus} if view.snapshot is not None else {}
+    held = view.attribution.held_whole() if view.attribution is not None else {}
     health = {gpu.index: gpu for gpu in view.health.gpus} if view.health is not None else {}
     free = set()
     for place in topology.gpus:
         index = place.ref.index
         gpu, verdict, info = gpus.get(index), health.get(index), view.slices.devices.get(index)
-        if gpu is None or gpu.lost or gpu.mig_devices:
+        if gpu is None or gpu.lost or gpu.mig_devices or place.ref.uuid in held:
             continue
         if gpu.modes is not None and (gpu.modes.mig_mode_current is True or gpu.modes.mig_mode_pending is True):
             continue

@@ -130,3 +130,22 @@ class AttributionSnapshot:
     # known and lacks the pod.
     pod_uids: frozenset[str] | None = None
     dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def held_whole(self) -> dict[str, Owner]:
+        """The GPUs the kubelet allocated to a container whole or as a time-slicing replica
+        ("GPU-…::2"): by GPU UUID, the first owner. Not a MIG device (a MIG card stays the
+        slicer's to partition). Empty while the kubelet source is down (``kubelet_known``): what
+        it last said may be stale."""
+        held: dict[str, Owner] = {}
+        if not self.kubelet_known:
+            return held
+        for allocation in self.allocations:
+            if allocation.mig is None and allocation.gpu_uuid is not None:
+                held.setdefault(allocation.gpu_uuid, allocation.owner)
+        return held
+
+    @property
+    def kubelet_known(self) -> bool:
+        """Whether ``allocations`` are the kubelet's current answer (its pod-resources source is up)."""
+        kubelet = self.sources.get("kubelet")
+        return kubelet is not None and kubelet.up

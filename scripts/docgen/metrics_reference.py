@@ -32,10 +32,12 @@ SCENARIO = "dgx-a100"  # GPUs 0 and 1 in MIG mode, RDMA NICs, NVLink: every coll
 READY_SECONDS = 90.0
 SCRIPTS = Path(__file__).resolve().parents[1]
 # What the run asks of the agent once it is ready (runtimekit.v1 over its socket), so that every
-# family has a sample: a MIG partition (runtimekit_gpu_mig_device_info) and a TDM share (slices).
+# family has a sample: a MIG partition (runtimekit_gpu_mig_device_info) and a TDM share (slices),
+# the share on GPU 7 once the scenario's pod holding it whole is gone (FREED: namespace, name).
+FREED = ("inference", "triton-0")
 SLICES = (
     ("--mode", "mig", "--device", "0", "--profile", "1g.10gb", "--owner", "docgen-mig"),
-    ("--mode", "tdm", "--device", "3", "--memory", "4GiB", "--compute", "25", "--owner", "docgen-tdm"),
+    ("--mode", "tdm", "--device", "7", "--memory", "4GiB", "--compute", "25", "--owner", "docgen-tdm"),
 )
 NEEDED = ("runtimekit_slice_info", "runtimekit_gpu_mig_device_info", "runtimekit_process_info")
 
@@ -56,6 +58,8 @@ def collect_catalogue() -> dict[str, dict[str, Any]]:
             agent = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
             _wait(lambda: _get(url + "/readyz")[0] == 200, agent, log, "ready")
+            _runtimekit(["sim", "pod", "delete", "--agent", url, "--namespace", FREED[0], "--name", FREED[1]])
+            _wait(lambda: f'pod="{FREED[1]}"' not in _get(url + "/metrics")[1], agent, log, f"rid of pod {FREED[1]}")
             for arguments in SLICES:
                 _runtimekit(["slice", "create", "--socket", str(root / "state" / "runtimekit.sock"), *arguments])
             _wait(lambda: all(f"# TYPE {name} " in _get(url + "/metrics")[1] for name in NEEDED), agent, log,

@@ -29,7 +29,7 @@ from runtimekit.kube.dra.checkpoint import Checkpoint
 from runtimekit.kube.dra.config import DraConfig, load
 from runtimekit.kube.dra.names import parse_owner_id
 from runtimekit.kube.dra.service import DraService
-from tests.agent_process import Agent, start_agent
+from tests.agent_process import Agent, start_agent, without_pods
 from tests.dra.dra_claims import DRIVER, NODE, ClaimStore
 from tests.dra.kubelet_fake import FakeDraKubelet
 
@@ -67,7 +67,8 @@ class NodeAgent:
     def start(self, env: dict[str, str] | None = None) -> Agent:
         config = self.directory / "runtimekit.yaml"
         config.write_text(f"slicer:\n  cdi_dir: {self.cdi_dir}\n  reconcile_seconds: 0.2\n")
-        self.agent = start_agent(self.directory, "--sim", self.scenario, "--config", str(config), "--sim-load", "idle",
+        scenario = without_pods(self.scenario, self.directory)  # DRA hands the GPUs out, no device-plugin pod
+        self.agent = start_agent(self.directory, "--sim", scenario, "--config", str(config), "--sim-load", "idle",
                                  env=env if env is not None else self.env)
         return self.agent
 

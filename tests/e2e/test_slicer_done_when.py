@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from runtimekit.client import request_json
-from tests.agent_process import ROOT, Agent, start_agent
+from tests.agent_process import ROOT, Agent, start_agent, without_pods
 
 
 def cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,7 +57,7 @@ def test_mig_and_tdm_slices_from_the_command_line(tmp_path):
     cdi_dir = tmp_path / "cdi"
     config = tmp_path / "runtimekit.yaml"
     config.write_text(f"slicer:\n  cdi_dir: {cdi_dir}\n")
-    agent = start_agent(tmp_path, "--sim", "dgx-a100", "--config", str(config), "--sim-load", "idle")
+    agent = start_agent(tmp_path, "--sim", without_pods("dgx-a100", tmp_path), "--config", str(config), "--sim-load", "idle")
     state_dir = tmp_path / "state"
     try:
         mig = create(state_dir, "--mode", "mig", "--compute", "30", "--memory", "20GiB", "--owner", "notebook-1")

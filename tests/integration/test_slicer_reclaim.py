@@ -16,7 +16,7 @@ import sys
 import time
 
 from runtimekit.client import request_json
-from tests.agent_process import ROOT, start_agent
+from tests.agent_process import ROOT, start_agent, without_pods
 
 
 def cli(state_dir, *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +35,7 @@ def test_a_deleted_pods_slice_is_reclaimed_after_the_grace_and_a_free_owners_sta
     config = tmp_path / "runtimekit.yaml"
     config.write_text(f"slicer:\n  cdi_dir: {cdi_dir}\n  owner_grace_seconds: 1\n  owner_start_seconds: 4\n  reconcile_seconds: 0.2\n"
                       "attribution:\n  cri_refresh_seconds: 1\n")
-    agent = start_agent(tmp_path, "--sim", "dgx-a100", "--config", str(config), "--sim-load", "idle")
+    agent = start_agent(tmp_path, "--sim", without_pods("dgx-a100", tmp_path), "--config", str(config), "--sim-load", "idle")
     state_dir = tmp_path / "state"
     try:
         pod = request_json("POST", agent.url + "/sim/v1/pods", {

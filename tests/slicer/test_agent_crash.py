@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent_process import ROOT, start_agent
+from tests.agent_process import ROOT, start_agent, without_pods
 
 CASES = [
     # A GPU instance made and journaled, no compute instance yet.
@@ -54,7 +54,7 @@ def test_an_agent_killed_while_creating_a_slice_converges_after_a_restart(tmp_pa
     config = tmp_path / "runtimekit.yaml"
     config.write_text(f"slicer:\n  cdi_dir: {cdi_dir}\n  reconcile_seconds: 0.2\n")
     state_dir = tmp_path / "state"
-    args = ("--sim", "dgx-a100", "--config", str(config), "--sim-load", "idle")
+    args = ("--sim", without_pods("dgx-a100", tmp_path), "--config", str(config), "--sim-load", "idle")
     clean = {k: v for k, v in os.environ.items() if k != "RUNTIMEKIT_FAILPOINTS"}
 
     doomed = start_agent(tmp_path, *args, env={**clean, "RUNTIMEKIT_FAILPOINTS": failpoint})

@@ -88,6 +88,10 @@ async def test_tdm_on_a_mig_card_is_refused_with_the_way_out(rig) -> None:
     assert str(refused.value) == ("device: GPU 0 is in MIG mode; TDM slices need a card in tdm mode "
                                   "(runtimekit device mode 0 tdm)")
     assert slicer.table().slices == {}
+    await slicer.create(mig(device="0"))  # a card with a slice changes mode only once it has none
+    with pytest.raises(SliceError) as held:
+        await slicer.create(tdm(50, "2GiB", device="0"))
+    assert "(delete its 1 slice(s), then runtimekit device mode 0 tdm)" in str(held.value)
 
 
 async def test_mig_on_a_tdm_card_and_mig_with_no_mig_card_are_refused(rig) -> None:

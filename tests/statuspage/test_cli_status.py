@@ -17,7 +17,7 @@ from statuspage_factories import SLICE_ID, make_node
 from runtimekit.cli import main
 from runtimekit.cli_status import render
 from runtimekit.statuspage import render_node
-from tests.agent_process import ROOT, Agent, free_port, start_agent
+from tests.agent_process import ROOT, Agent, free_port, start_agent, without_pods
 
 
 def document() -> dict:
@@ -99,7 +99,8 @@ def test_an_error_from_the_agent_cannot_drive_the_terminal(capsys):
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory) -> Iterator[Agent]:
-    agent = start_agent(tmp_path_factory.mktemp("status"), "--sim", "dgx-h100", "--interval", "0.5")
+    folder = tmp_path_factory.mktemp("status")
+    agent = start_agent(folder, "--sim", without_pods("dgx-h100", folder), "--interval", "0.5")
     yield agent
     agent.stop()
 

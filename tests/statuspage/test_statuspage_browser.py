@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import BrowserContext, expect, sync_playwright
 
-from tests.agent_process import ROOT, Agent, start_agent
+from tests.agent_process import ROOT, Agent, start_agent, without_pods
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -33,7 +33,7 @@ WAIT_MS = 10_000  # the page refreshes every 1.5 s; the agent samples every 0.5 
 
 @pytest.fixture
 def agent(tmp_path) -> Iterator[Agent]:
-    agent = start_agent(tmp_path, "--sim", "dgx-h100", "--interval", "0.5", "--seed", "3")
+    agent = start_agent(tmp_path, "--sim", without_pods("dgx-h100", tmp_path), "--interval", "0.5", "--seed", "3")
     yield agent
     agent.stop()
 

@@ -14,6 +14,8 @@ import pytest
 
 from runtimekit import sim
 from runtimekit.api.topology import free_whole_devices
+from runtimekit.attribution.join import resolve_allocations
+from runtimekit.attribution.types import AttributionSnapshot, Owner, SourceStatus
 from runtimekit.gpu.nvml import NvmlSession
 from runtimekit.gpu.reader import NodeReader
 from runtimekit.gpu.types import Modes, NodeSnapshot
@@ -54,3 +56,16 @@ def test_a_gpu_waiting_for_a_reset_to_enter_mig_mode_is_no_candidate(dgx: tuple[
     waiting = DeviceModeInfo(topology.gpus[5].ref, "tdm", pending="mig", mig_capable=True)
     state.publish_slices(SliceTable(devices=MappingProxyType({5: waiting})))
     assert free_whole_devices(state.view(), topology) == {0, 1, 2, 4, 6, 7}  # the slicer says GPU 5 waits
+
+
+def test_a_gpu_the_kubelet_allocated_to_a_pod_is_no_candidate(dgx: tuple[NodeSnapshot, Topology]) -> None:
+    snapshot, topology = dgx
+    state = NodeState(clock=lambda: NOW)
+    state.publish_snapshot(snapshot, SamplerStats())
+    uuid = {gpu.index: gpu.uuid for gpu in snapshot.gpus}
+    rows = [(Owner("ml", "trainer-0", "main", "uid-0"), "nvidia.com/gpu", uuid[2]),
+            (Owner("ml", "infer-0", "server", "uid-1"), "nvidia.com/gpu.shared", f"{uuid[6]}::3")]
+    for kubelet_up, free in ((True, {0, 1, 3, 4, 5, 7}), (False, set(range(8)))):  # down: what it said may be stale
+        state.publish_attribution(AttributionSnapshot(
+            refreshed_at=NOW, allocations=resolve_allocations(rows, snapshot), sources={"kubelet": SourceStatus(up=kubelet_up)}))
+        assert free_whole_devices(state.view(), topology) == free
