@@ -32,7 +32,7 @@ from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.config import SlicerConfig
 from runtimekit.failpoints import failpoint
 from runtimekit.gpu.mig import MigControl, MigOpError
-from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession
+from runtimekit.gpu.nvml import NVML_DOWN, NvmlSession
 from runtimekit.state import NodeState
 from runtimekit.state.refs import GpuRef, MigRef
 from runtimekit.state.slices import DeviceModeInfo, DeviceSelector, ErrorCode, Slice, SliceError, SliceRequest, SliceSpec, SliceTable
@@ -63,7 +63,6 @@ from .tdm import choose_tdm_card
 log = logging.getLogger("runtimekit.slicer")
 
 T = TypeVar("T")
-_NVML_DOWN = (NvmlInitError, GpuLostError)
 _MIG_CODES: dict[str, ErrorCode] = {"insufficient_resources": "resource_exhausted", "in_use": "failed_precondition",
                                      "not_supported": "failed_precondition"}
 
@@ -188,7 +187,7 @@ class Slicer:
         try:
             self._session.init()
             self._cards = read_cards(self._state.view().snapshot, self._mig, self._profiles)
-        except (*_NVML_DOWN, MigOpError) as error:
+        except (*NVML_DOWN, MigOpError) as error:
             raise SliceError("unavailable", "", f"NVML cannot be used now: {error}") from None
         if self._books is not None:
             self._books.gpus = {card.gpu.uuid: index for index, card in self._cards.items()}
@@ -205,10 +204,12 @@ class Slicer:
             cards = self._read()
             rolled_back, finished = settle(books)
             self._recovered = True
+            if rolled_back or finished:  # their instances are gone: not orphans of the cards read before
+                cards = self._read()
             destroyed = destroy_orphans(books, cards, snapshot, view.attribution, self._orphans, self._clock())
             removed = remove_stray_specs(books, self._config.cdi_dir)
             self._reclaim(books, view.attribution)
-        except (SliceError, OSError) as error:
+        except (SliceError, OSError, MigOpError, *NVML_DOWN) as error:  # the next pass tries again
             if str(error) != self._last_problem:
                 log.warning("slicer reconciliation failed: %s", error)
             self._last_problem = str(error)
@@ -237,7 +238,7 @@ class Slicer:
         record = self._plan(spec, self._read(), books)
         try:
             return make(books, record)
-        except (MigOpError, OSError, GpuMissing, *_NVML_DOWN) as error:
+        except (MigOpError, OSError, GpuMissing, *NVML_DOWN) as error:
             self._roll_back(books, record.id)
             raise SliceError(_nvml_code(error), "", f"creating the slice failed, nothing was kept: {error}") from None
         finally:
@@ -251,7 +252,7 @@ class Slicer:
             return
         try:
             unmake(books, record, on_step=no_step)
-        except (InUse, GpuMissing, MigOpError, OSError, *_NVML_DOWN) as error:
+        except (InUse, GpuMissing, MigOpError, OSError, *NVML_DOWN) as error:
             log.warning("slice %s: rollback left for the reconciler: %s", slice_id, error)
             _note(books, slice_id, reason=f"rolling back: {error}")
 
@@ -319,7 +320,7 @@ class Slicer:
                 _note(books, slice_id, reason=WAITING_IN_USE)
             raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: a process runs in its MIG instance; "
                              f"stop it first ({error})") from None
-        except (MigOpError, OSError, *_NVML_DOWN) as error:
+        except (MigOpError, OSError, *NVML_DOWN) as error:
             _note(books, slice_id, reason=f"retrying: {error}")
             raise SliceError("unavailable", "", f"slice {slice_id}: deleting failed ({error}); "
                              "the reconciler finishes it") from None

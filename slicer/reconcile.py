@@ -37,6 +37,7 @@ from pathlib import Path
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.mig import MigOpError
+from runtimekit.gpu.nvml import NVML_DOWN
 from runtimekit.gpu.types import NodeSnapshot
 
 from . import cdi
@@ -81,7 +82,7 @@ def settle(books: Books) -> tuple[list[str], list[str]]:
         except GpuMissing as error:
             _wait(books, books.records[record.id], f"waiting: {error}")
             continue
-        except (MigOpError, OSError) as error:
+        except (MigOpError, OSError, *NVML_DOWN) as error:
             _wait(books, books.records[record.id], f"retrying: {error}")
             continue
         (rolled_back if record.phase == "creating" else finished).append(record.id)
@@ -148,6 +149,9 @@ def destroy_orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnaps
             for ci in gi.compute_instances:
                 books.mig.destroy_compute_instance(gpu, gi.id, ci.id)
             books.mig.destroy_gpu_instance(gpu, gi.id)
+        except NVML_DOWN as error:
+            log.warning("GPU %d: orphan GPU instance %d not destroyed now: %s", gpu, gi.id, error)
+            continue
         except MigOpError as error:
             if error.kind != "not_found":
                 log.warning("GPU %d: orphan GPU instance %d not destroyed: %s", gpu, gi.id, error)

@@ -9,10 +9,11 @@ import pytest
 
 from runtimekit.attribution.types import AttributionSnapshot, DeviceAllocation, SourceStatus
 from runtimekit.attribution.types import Owner as PodOwner
+from runtimekit.gpu.nvml import GpuLostError
 from runtimekit.slicer.journal import Journal, Record
 from runtimekit.state import SLICES
 from runtimekit.state.refs import GpuRef, MigRef
-from runtimekit.state.slices import SliceRequest, SliceSpec
+from runtimekit.state.slices import SliceError, SliceRequest, SliceSpec
 
 POD_UID = "0b8e6b5c-1f7a-4c1e-9a53-3c8e2f1d7a10"
 
@@ -155,3 +156,28 @@ async def test_a_pass_that_changes_nothing_publishes_nothing(rig) -> None:
     made = await slicer.create(SliceRequest(mode="tdm", compute=10, memory="1GiB", owner_id="me"))
     assert state.view().versions.get(SLICES, 0) > before
     assert made.id in state.view().slices.slices
+
+
+async def test_a_gpu_lost_in_the_middle_of_a_pass_fails_that_pass_not_the_slicer(make_slicer, monkeypatch) -> None:
+    """The GPU falls off the bus between reading the cards and destroying an instance (the MIG
+    calls let GpuLostError through): the pass ends, the record says why, the next pass goes on."""
+    slicer, state, node = make_slicer(orphan_grace_seconds=0)
+    await slicer.start()  # no attribution yet: no orphan is destroyed at the start
+    made = await slicer.create(SliceRequest(mode="mig", compute=30, memory="20GiB", owner_id="me", device="0"))
+    orphan(node, gpu=1)
+
+    def lost(*_: object) -> None:
+        raise GpuLostError("GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+
+    monkeypatch.setattr(type(slicer._mig), "destroy_compute_instance", lost)
+    with pytest.raises(SliceError) as refused:  # left deleting, for the reconciler
+        await slicer.delete(made.id)
+    assert refused.value.code == "unavailable"
+    state.publish_attribution(AttributionSnapshot(refreshed_at=0.0, sources=KUBELET_UP))  # orphans may go now
+    outcome = await slicer.reconcile()
+    assert outcome.finished == () and outcome.orphans_destroyed == ()
+    assert "GPU is lost" in slicer.table().slices[made.id].reason
+    monkeypatch.undo()
+    outcome = await slicer.reconcile()
+    assert outcome.finished == (made.id,) and len(outcome.orphans_destroyed) == 1
+    await slicer.close()
