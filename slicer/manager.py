@@ -305,8 +305,8 @@ class Slicer:
             except GpuMissing as error:
                 raise SliceError("failed_precondition", "slice_id", f"slice {slice_id}: its MIG instance cannot be "
                                  f"destroyed: {error}") from None
-        try:
-            marked = books.record(record, phase="deleting", reason=reason)
+        try:  # a slice never made whole stays creating: its instance is found by its intended placement
+            marked = books.record(record, phase="creating" if record.phase == "creating" else "deleting", reason=reason)
         except JournalUnwritable as error:
             raise SliceError("unavailable", "", f"slice {slice_id}: not deleted, nothing was changed: {error}") from None
         failpoint("slicer.delete.journaled")

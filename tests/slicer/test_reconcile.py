@@ -9,6 +9,7 @@ import pytest
 
 from runtimekit.attribution.types import AttributionSnapshot, DeviceAllocation, SourceStatus
 from runtimekit.attribution.types import Owner as PodOwner
+from runtimekit.gpu.mig import MigOpError
 from runtimekit.gpu.nvml import GpuLostError
 from runtimekit.slicer.journal import Journal, Record
 from runtimekit.state import SLICES
@@ -180,4 +181,29 @@ async def test_a_gpu_lost_in_the_middle_of_a_pass_fails_that_pass_not_the_slicer
     monkeypatch.undo()
     outcome = await slicer.reconcile()
     assert outcome.finished == (made.id,) and len(outcome.orphans_destroyed) == 1
+    await slicer.close()
+
+
+async def test_deleting_a_slice_left_creating_destroys_the_instance_it_made(make_slicer, tmp_path: Path, monkeypatch) -> None:
+    """A create made its GPU instance but never journaled its id, and the rollback was refused: the
+    slice is left ``creating``. Deleting it destroys that instance (found by its intended placement),
+    as the reconciler's rollback would; it used to be forgotten with its instance left behind."""
+    slicer, state, node = make_slicer()
+    made = node.create_gpu_instance(0, 9, 0)  # what the create made before the kill: no compute instance
+    spec = SliceSpec(mode="mig", compute=30, memory_mib=20480)
+    journal = Journal.in_state_dir(tmp_path)
+    journal.insert(Record(id="s-0123456789ab", phase="creating", spec=spec, gpu_uuid=state.view().snapshot.gpus[0].identity.uuid,
+                          gpu_index=0, created_at=0.0, compute=42, memory_mib=40192, profile="3g.40gb", profile_id=9,
+                          start=0, size=4))
+    journal.close()
+
+    def refused(*_: object) -> None:
+        raise MigOpError("error", "nvmlGpuInstanceDestroy: NVML_ERROR_UNKNOWN")
+
+    monkeypatch.setattr(type(slicer._mig), "destroy_gpu_instance", refused)
+    await slicer.start()  # the rollback is refused: the slice stays creating
+    assert slicer.table().slices["s-0123456789ab"].state == "creating"
+    monkeypatch.undo()
+    await slicer.delete("s-0123456789ab")
+    assert slicer.table().slices == {} and made.id not in [g.id for g in node.gpu_instances(0)]
     await slicer.close()
