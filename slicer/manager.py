@@ -263,14 +263,15 @@ class Slicer:
         applied here, once: the planners choose among the candidates."""
         view = self._state.view()
         blocked = unschedulable(view.health)  # no new work where the health checker says so
+        reserve = self._config.memory_reserve_mib if spec.mode == "tdm" else 0  # MIG: the profiles decide
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
             if not candidates:
                 raise SliceError("failed_precondition", "mode", no_card(spec.mode, cards, books.records.values()))
-            check_fits_card(spec, max(c.memory_mib for c in candidates))
+            check_fits_card(spec, max(c.memory_mib for c in candidates), reserve)
         else:
             card = select_card(cards, spec.device)
-            check_fits_card(spec, card.memory_mib)
+            check_fits_card(spec, card.memory_mib, reserve)
             check_mode(card, spec, sum(r.gpu_uuid == card.gpu.uuid for r in books.records.values()))
             candidates = [card]
         candidates = schedulable(candidates, blocked, spec.mode)
@@ -282,7 +283,6 @@ class Slicer:
                         cdi_path=str(cdi.spec_path(self._config.cdi_dir, self._config.cdi_vendor, slice_id)),
                         cdi_device=cdi.device_name(self._config.cdi_vendor, slice_id))
         if spec.mode == "tdm":
-            reserve = self._config.memory_reserve_mib
             chosen = choose_tdm_card([tdm_card(c, books.records.values(), reserve) for c in candidates], spec,
                                      self._config.policy)
             gpu = cards[chosen.index].gpu

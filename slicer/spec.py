@@ -223,8 +223,13 @@ def to_request(spec: SliceSpec) -> SliceRequest:
     )
 
 
-def check_fits_card(spec: SliceSpec, card_memory_mib: int) -> None:
-    """Refuse (invalid_argument, ``memory``) a slice asking more memory than the card has in all
-    (MiB, NVML ``memory.total``); what is free now is admission's business, not the spec's."""
-    if spec.memory_mib > card_memory_mib:
-        raise _refuse("memory", f"at most the card's memory ({card_memory_mib} MiB)", format_memory(spec.memory_mib))
+def check_fits_card(spec: SliceSpec, card_memory_mib: int, reserve_mib: int = 0) -> None:
+    """Refuse (invalid_argument, ``memory``) a slice asking more memory than the card can ever give
+    slices: all it has (MiB, NVML ``memory.total``) less ``reserve_mib`` (a TDM card's
+    ``slicer.memory_reserve_mib``), so no retry can succeed; what is free now is admission's
+    business (resource_exhausted), not the spec's."""
+    usable = card_memory_mib - reserve_mib
+    if spec.memory_mib > usable:
+        rule = (f"at most what the card can give slices ({usable} MiB: {card_memory_mib} MiB less the {reserve_mib} MiB "
+                "reserve)" if reserve_mib else f"at most the card's memory ({card_memory_mib} MiB)")
+        raise _refuse("memory", rule, format_memory(spec.memory_mib))

@@ -63,9 +63,11 @@ async def test_over_capacity_is_refused_and_changes_nothing(rig, tmp_path: Path)
     with pytest.raises(SliceError) as refused:
         await slicer.create(tdm(30, "2GiB", device="4"))
     assert (refused.value.code, refused.value.field) == ("resource_exhausted", "compute")
-    with pytest.raises(SliceError) as too_big:
+    with pytest.raises(SliceError) as too_big:  # no card can ever give it: no retry would succeed
         await slicer.create(tdm(10, "80GiB", device="4"))  # 80 GiB card less the 1 GiB reserve
-    assert too_big.value.code == "resource_exhausted"
+    assert (too_big.value.code, str(too_big.value)) == (
+        "invalid_argument", "memory: at most what the card can give slices (80896 MiB: 81920 MiB less the 1024 MiB "
+        "reserve), got '80GiB'")
     assert slicer.table().slices == before.slices and sorted((tmp_path / "cdi").iterdir()) == files
     assert not (tmp_path / "slicer.db").stat().st_size == 0
 
