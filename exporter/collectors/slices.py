@@ -51,8 +51,9 @@ class SlicesCollector(CardCollector):
                        "policy's.", labels=FAULT_LABELS)
         mode = gauge("runtimekit_device_mode", "1 for the card's slicing mode (tdm or mig), 0 for the other.",
                      labels=MODE_LABELS)
-        pending = gauge("runtimekit_device_mode_pending", "1 for the mode the card changes to at its next GPU reset "
-                        "(a MIG mode change waits for one), 0 for the other.", labels=MODE_LABELS)
+        pending = gauge("runtimekit_device_mode_pending", "1 for the mode a pending change takes the card to at its next "
+                        "GPU reset (a MIG mode change waits for one), 0 for the other; every mode 0 while no change is "
+                        "pending (the card stays in its runtimekit_device_mode).", labels=MODE_LABELS)
 
         table = view.slices
         for slice_id, s in sorted(table.slices.items()):
