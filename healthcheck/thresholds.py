@@ -120,6 +120,8 @@ class PcieThresholds:
                                       between(0, 1))
     judge_in_p0: bool = setting(REQUIRED, "also judge the generation whenever the GPU is in P0")
     degraded_seconds: float = setting(REQUIRED, "seconds of uninterrupted degradation before a warning", at_least(0))
+    replays_per_minute: float = setting(REQUIRED, "PCIe replays per minute, over the window, that warn", above(0))
+    replay_window_seconds: float = setting(REQUIRED, "seconds of replay counts a rate is judged over", above(0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""PCIe link downtraining (gpu-faults.md §2.3, §6 "PCIe downtraining", §7.9).
+"""PCIe link downtraining and replays (gpu-faults.md §1.3, §2.3, §6 "PCIe downtraining", "PCIe
+replays", §7.9).
 
 Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
@@ -19,8 +20,20 @@ fault raised before: an unreadable one, or an idle one below the maximum, leaves
 (``unjudged``); a link degraded again but not yet for ``degraded_seconds`` starts its count again
 (``seen_again``).
 
+- ``pcie_replay_rate`` (warning, none, clean_samples): the replay counter
+  (nvmlDeviceGetPcieReplayCounter: the link resending what failed its LCRC or sequence check)
+  grew by at least ``replays_per_minute`` a minute over the last ``replay_window_seconds`` — as
+  DCGM's PCIe watch (DCGM_FR_PCI_REPLAY_RATE), which also needs a window of data first. A few
+  replays an hour are normal: the rate is the fault, not one replay. Judged only once the counts
+  span the window; until then, or while the counter is unreadable, the fault is neither raised nor
+  cleared (``unjudged``). A counter that went back (driver reload) starts the window again. No
+  ladder step fixes a marginal link: watch the trend, reseat or replace the riser if it rises.
+
 State (JSON-friendly): ``at`` (the last sample counted), ``width`` and ``generation``
-{uuid: [first seen, readings]}.
+{uuid: [first seen, readings]}, ``replays`` {uuid: [[time, count], ...]}: the counts of the
+window and the last one before it, about ``REPLAY_POINTS`` (a new count closer than
+window / REPLAY_POINTS to the one before it replaces the newest), so the state is bounded at any
+sampling rate.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from runtimekit.healthcheck.types import DetectorInput, Finding
 from ._common import clock, extend_run, finding, held_for, is_new_sample, readable_gpus, seen_again, unjudged, value_of
 
 NAME = "pcie"
+REPLAY_POINTS = 30
 ADVICE = "reset the GPU to retrain the link; if it stays degraded, reseat or replace the riser"
 
 
@@ -62,8 +76,13 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     need = config["degraded_seconds"]
     findings: list[Finding] = []
     fresh = is_new_sample(state, data.snapshot)
-    new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {}}
+    new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {},
+                           "replays": {}}
     for uuid, gpu in readable_gpus(data.snapshot):
+        counts = _replay_counts((state.get("replays") or {}).get(uuid) or [], gpu, config, fresh)
+        if counts:
+            new["replays"][uuid] = counts
+        findings.extend(_replay_rate(gpu, counts, config))
         link, limits = gpu.pcie, gpu.limits
         width = value_of(link.width) if link is not None else None
         gen = value_of(link.generation) if link is not None else None
@@ -103,6 +122,42 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
             findings.extend(unjudged(gpu, ("pcie_generation_degraded",), f"PCIe link at Gen{gen} of Gen{max_gen}, "
                                      "not judged (generation or load unreadable, or the GPU idle)"))
     return new, findings
+
+
+def _replay_counts(before: list[Any], gpu: GpuSnapshot, config: Mapping[str, Any], fresh: bool) -> list[list[float]]:
+    """The window's [time, replay count] points after this sample (see the state in the module
+    docstring): older ones dropped but the last before the window, the counter's going back a restart."""
+    count = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
+    points = [[float(t), float(c)] for t, c in before]
+    if count is None or not fresh:
+        return points
+    now, window = gpu.sampled_at, config["replay_window_seconds"]
+    if points and count < points[-1][1]:
+        points = []  # the counter went back: the driver was reloaded
+    if len(points) >= 2 and now - points[-2][0] < window / REPLAY_POINTS:
+        points[-1] = [now, float(count)]
+    else:
+        points.append([now, float(count)])
+    inside = next((i for i, (t, _) in enumerate(points) if t >= now - window), len(points))
+    return points[max(inside - 1, 0):]
+
+
+def _replay_rate(gpu: GpuSnapshot, points: list[list[float]], config: Mapping[str, Any]) -> list[Finding]:
+    """``pcie_replay_rate`` when the counts span the window at or above the rate; an ``unjudged``
+    mark while they do not span it yet, or the counter is unreadable now."""
+    window, limit = config["replay_window_seconds"], config["replays_per_minute"]
+    count = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
+    span = points[-1][0] - points[0][0] if points else 0.0
+    if count is None or span < window:
+        why = "PCIe replay counter unreadable" if count is None else f"PCIe replays counted over {span:.0f} s of {window:g}"
+        return unjudged(gpu, ("pcie_replay_rate",), why)
+    replays = points[-1][1] - points[0][1]
+    rate = replays * 60.0 / span
+    if rate < limit:
+        return []
+    return [finding(gpu, "pcie_replay_rate",
+                    f"PCIe replays at {rate:.1f}/min over {span:.0f} s (+{replays:.0f}, counter {count}; threshold "
+                    f"{limit:g}/min): the link retransmits; watch the trend, reseat or replace the riser if it rises")]
 
 
 pcie.name = NAME  # type: ignore[attr-defined]

@@ -174,6 +174,12 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 (_param("count", int, 1, "link recoveries to add", between(1, 1_000_000)), _LINK),
             ),
             FaultSpec(
+                "pcie-replays",
+                "PCIe replays (the link resending what failed its LCRC or sequence check) at rate per second: "
+                "the replay counter (nvmlDeviceGetPcieReplayCounter) grows by rate",
+                (_param("rate", float, 1.0, "replays per second", between(0, 1e9)),),
+            ),
+            FaultSpec(
                 "compute-mode",
                 "nvmlDeviceGetComputeMode answers this mode",
                 (_param("mode", str, "exclusive-process", "compute mode", allowed=tuple(COMPUTE_MODES)),),

@@ -89,7 +89,7 @@ def test_healthy_node_has_no_findings_from_any_detector() -> None:
     states: dict = {}
     for snapshot in series(lambda i, at: (make_gpu(0, at=at), make_gpu(1, at=at)), 12):
         states, found = run_detectors(states, make_input(snapshot, None))
-        assert found == []
+        assert raised(found) == []
 
 
 def test_run_detectors_passes_each_its_own_state_and_section() -> None:
@@ -866,7 +866,8 @@ def test_pcie_only_a_full_reading_clears(sample, unread, seen) -> None:
     _, per_sample = run_sequence(pcie, series(lambda i, at: (pcie_gpu(at, **samples[i]),), len(samples)))
     assert faults(per_sample[1]) == {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}
     assert raised(per_sample[-1]) == []
-    assert marked(per_sample[-1]) == {(0, fault) for fault in unread}
+    link = {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}  # not the replay rate's window
+    assert marked(per_sample[-1]) & link == {(0, fault) for fault in unread}
     assert marked(per_sample[-1], SEEN_AGAIN) == {(0, fault) for fault in seen}
 
 
@@ -875,7 +876,7 @@ def test_pcie_max_unavailable_is_skipped() -> None:
     gpu = dataclasses.replace(gpu, limits=dataclasses.replace(gpu.limits, pcie_max_width=NA, pcie_max_generation=ERR))
     _, per_sample = run_sequence(pcie, [node(dataclasses.replace(gpu, sampled_at=T0 + n)) for n in range(3)])
     assert not any(raised(found) for found in per_sample)
-    assert all(marked(found) == {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}
+    assert all(marked(found) >= {(0, "pcie_width_degraded"), (0, "pcie_generation_degraded")}
                for found in per_sample)
 
 

@@ -42,6 +42,7 @@ thermal_power:
   power_brake_seconds: 0
 pcie:
   degraded_seconds: 0
+  replay_window_seconds: 0.1
 """
 
 
@@ -151,6 +152,7 @@ CASES = [
     ("thermal-slowdown", {}, 7, "suspect", "thermal_slowdown", CLEAN),
     ("power-brake", {}, 6, "unhealthy", "power_brake", CLEAN),
     ("pcie-downtrain", {"width": 8}, 7, "suspect", "pcie_width_degraded", CLEAN),
+    ("pcie-replays", {"rate": 100.0}, 6, "suspect", "pcie_replay_rate", CLEAN),
 ]
 
 

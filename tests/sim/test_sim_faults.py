@@ -14,7 +14,7 @@ def test_every_kind_has_a_test():
     assert set(FAULT_KINDS) == {
         "xid", "ecc-uncorrectable", "row-remap-pending", "row-remap-failure", "gpu-lost", "nvlink-down",
         "nvlink-crc", "compute-mode", "memory-leak", "driver-error", "thermal-slowdown", "power-brake",
-        "pcie-downtrain", "ecc-contained", "nvlink-recovery", "recovery-action",
+        "pcie-downtrain", "ecc-contained", "nvlink-recovery", "recovery-action", "pcie-replays",
     }  # ecc-contained, nvlink-recovery and the NVLink replay coupling: test_sim_fault_couplings.py;
     # recovery-action: tests/gpu/test_gpu_recovery_action.py and test_recovery_action_delivers_xid_154 here
 
@@ -109,6 +109,17 @@ def test_nvlink_crc_grows_at_rate(nvml, node, clock):
     node.clear(6, "nvlink-crc")
     clock.advance(3)
     assert N.nvmlDeviceGetNvLinkErrorCounter(h, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 1500  # stays, stops
+
+
+def test_pcie_replays_grow_at_rate_and_stay(nvml, node, clock):
+    h = H(4)
+    assert N.nvmlDeviceGetPcieReplayCounter(h) == 0
+    node.inject(4, "pcie-replays", rate=2.5)
+    clock.advance(4)
+    assert (N.nvmlDeviceGetPcieReplayCounter(h), N.nvmlDeviceGetPcieReplayCounter(H(5))) == (10, 0)
+    node.clear(4, "pcie-replays")
+    clock.advance(4)
+    assert N.nvmlDeviceGetPcieReplayCounter(h) == 10  # a counter: stops, never goes back
 
 
 def test_compute_mode(nvml, node):

@@ -1,7 +1,7 @@
 """Readings and counters of the simulated node: load with faults applied, integrated per tick.
 
 Time is cut into ticks of ``tick_s`` seconds; readings are constant within a tick and cached per
-GPU, counters (energy in mJ, PCIe bytes, NVLink KiB and error counts, corrected ECC) integrate
+GPU, counters (energy in mJ, PCIe bytes and replays, NVLink KiB and error counts, corrected ECC) integrate
 per-tick rates and interpolate inside the current tick, so the same seed and clock readings give
 the same answers however many calls came in between. Fault changes settle the counters first:
 counters never go back (only a simulated reboot, a driver reload, restarts them).
@@ -73,6 +73,7 @@ class CountersPart(NodeCore):
             pcie_rx_bps=s.pcie_rx_kbs * 1000.0,
             nvlink_kibs=[per_link if u else 0.0 for u in up],
             nvlink_crc=crc,
+            pcie_replays=replays["rate"] if (replays := self._fault(g, "pcie-replays")) else 0.0,
         )
         return s, rates
 
@@ -88,6 +89,7 @@ class CountersPart(NodeCore):
         a.energy_mj += r.power_mw * dt
         a.pcie_tx_bytes += r.pcie_tx_bps * dt
         a.pcie_rx_bytes += r.pcie_rx_bps * dt
+        a.pcie_replays += r.pcie_replays * dt
         for i, v in enumerate(r.nvlink_kibs):
             if v:
                 a.nvlink_tx_kib[i] += v * dt
@@ -143,6 +145,7 @@ class CountersPart(NodeCore):
                 nvlink_replay=[x + v * dt for x, v in zip(a.nvlink_replay, r.nvlink_crc, strict=True)],
                 nvlink_recovery=list(a.nvlink_recovery),
                 ecc_corrected=a.ecc_corrected,
+                pcie_replays=a.pcie_replays + r.pcie_replays * dt,
             )
             g.reading_key, g.reading = key, (s, c)
         return s, c

@@ -46,6 +46,7 @@ class Counters:
     nvlink_replay: list[float] = field(default_factory=list)
     nvlink_recovery: list[float] = field(default_factory=list)
     ecc_corrected: int = 0
+    pcie_replays: float = 0.0  # nvmlDeviceGetPcieReplayCounter
 
     def crc_flit(self, link: int) -> int:
         """DL_CRC_FLIT of ``link``: the odd-numbered CRC errors (the first, third, ...), so that
@@ -74,6 +75,7 @@ class _Rates:
     pcie_rx_bps: float
     nvlink_kibs: list[float]
     nvlink_crc: list[float]
+    pcie_replays: float = 0.0
 
 
 @dataclass

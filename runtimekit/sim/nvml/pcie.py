@@ -36,7 +36,8 @@ class PcieMixin(_LibraryBase):
 
     @_device
     def nvmlDeviceGetPcieReplayCounter(self, gpu: int, ref: Any) -> int:
-        _out(ref, 0)
+        """Replays since the driver loaded (the ``pcie-replays`` fault moves it; 0 otherwise)."""
+        _out(ref, int(self.node.reading(gpu)[1].pcie_replays))
         return SUCCESS
 
     @_device
