@@ -102,7 +102,8 @@ class AttributionConfig:
         None, "seconds between kubelet pod-resources List calls (None: every sampling cycle)", between(0.1, 600)
     )
     cri_refresh_seconds: float = setting(
-        30.0, "seconds between full CRI ListContainers calls (also called for unknown containers)", between(1, 3600)
+        30.0, "seconds between full CRI ListContainers and ListPodSandbox calls (also called for unknown containers)",
+        between(1, 3600)
     )
     cache_seconds: float = setting(30.0, "how long a down source's last answer is still used", between(0, 3600))
     timeout_seconds: float = setting(2.0, "deadline of each kubelet or CRI call", between(0.1, 60))
@@ -217,8 +218,8 @@ class SlicerConfig:
         "runtimekit.io", "the CDI vendor name (a slice is injected as VENDOR/slice=ID)", cdi_vendor_problem
     )
     owner_grace_seconds: float = setting(
-        60.0, "seconds a pod owner seen on the node may be missing (no container listed by the CRI runtime) before its "
-        "slices are reclaimed",
+        60.0, "seconds a pod owner seen on the node may be missing or finished (no ready sandbox listed by the CRI "
+        "runtime) before its slices are reclaimed",
         between(0, 86_400),
     )
     owner_start_seconds: float = setting(

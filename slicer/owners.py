@@ -2,8 +2,9 @@
 
 A pod owner is gone when its pod UID is no longer among the node's live pods. The slicer passes
 the set from the attribution snapshot (``AttributionSnapshot.pod_uids``: the UIDs of the pods with
-a container, from the CRI runtime's container list, the one source of pod UIDs the agent reads —
-pod-resources names pods by namespace and name only), or None while it is unknown (no attribution
+a ready sandbox, from the CRI runtime's ListPodSandbox, the one source of pod UIDs the agent reads —
+pod-resources names pods by namespace and name only; a crash-looping pod keeps its ready sandbox, a
+Completed or Failed one has only a stopped one), or None while it is unknown (no attribution
 yet, the CRI runtime down or never listed): then nobody is gone, a slice is never reclaimed on a
 guess, and every grace period starts again once the source is back. A free ``owner_id`` slice
 lives until it is deleted.

@@ -48,7 +48,8 @@ class AttributionCollector(CardCollector):
         up = gauge(
             "runtimekit_attribution_source_up",
             "1 when the attribution source answered at its last refresh, else 0 "
-            "(kubelet: pod-resources List; cri: the container runtime's ListContainers; procfs: the /proc root).",
+            "(kubelet: pod-resources List; cri: the container runtime's ListContainers and ListPodSandbox; procfs: the "
+            "/proc root).",
             labels=("source",),
         )
         known = [name for name in SOURCES if name in attribution.sources]

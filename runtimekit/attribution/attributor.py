@@ -6,9 +6,10 @@ Sources, each on its own cadence and never per scrape:
   cgroup (→ container id, pod UID); a new process is read at once, CPU seconds and resident
   memory of the others every ``process_refresh_seconds``; static facts are cached per (pid,
   start time);
-- the CRI runtime (``ListContainers``): container id → pod name, namespace, container name;
-  listed again when an unknown container id shows up (at most once a second) and otherwise
-  every ``cri_refresh_seconds``;
+- the CRI runtime: ``ListContainers`` maps container id → pod name, namespace, container name, and
+  ``ListPodSandbox`` says which pods are live (``pod_uids``: a ready sandbox); both listed again
+  when an unknown container id shows up (at most once a second) and otherwise every
+  ``cri_refresh_seconds``;
 - the kubelet pod-resources API (``List``): which container holds which device, every
   ``refresh_seconds`` (0: every sampling cycle, the default — one cheap call a second).
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from runtimekit.attribution.cri import ContainerInfo, CriClient
+from runtimekit.attribution.cri import ContainerInfo, CriClient, SandboxInfo
 from runtimekit.attribution.errors import SourceError
 from runtimekit.attribution.join import Memo, join_processes, resolve_allocations
 from runtimekit.attribution.podresources import PodDevices, PodResourcesClient
@@ -48,6 +49,23 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 UNKNOWN_RETRY_SECONDS = 1.0  # an unknown container id lists the runtime's containers at most this often
+
+
+@dataclass(frozen=True, slots=True)
+class _Runtime:
+    """What the CRI runtime answered in one refresh: its containers by id, and the UIDs of the
+    pods with a ready sandbox."""
+
+    containers: dict[str, ContainerInfo]
+    live_pods: frozenset[str]
+
+    @classmethod
+    def of(cls, containers: list[ContainerInfo], sandboxes: list[SandboxInfo]) -> _Runtime:
+        # A pod is live while a sandbox of its is ready: from RunPodSandbox until the kubelet stops
+        # it, because the pod finished for good (Succeeded, Failed) or is being deleted. A
+        # crash-looping pod keeps its ready sandbox between restarts; a finished one keeps only a
+        # stopped sandbox and its exited containers, listed until the pod object is deleted.
+        return cls({c.container_id: c for c in containers}, frozenset(s.pod_uid for s in sandboxes if s.ready))
 
 
 @dataclass
@@ -121,7 +139,7 @@ class Attributor:
         self.process_refresh_seconds = process_refresh_seconds
         self.clock = clock
         self.kubelet: _Source[list[PodDevices]] = _Source(_Health("kubelet"), cache_seconds)
-        self.cri: _Source[dict[str, ContainerInfo]] = _Source(_Health("cri"), cache_seconds)
+        self.cri: _Source[_Runtime] = _Source(_Health("cri"), cache_seconds)
         self.procfs = _Health("procfs")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtimekit-attribution")
         self._dropped_total: dict[tuple[int, Reading[str]], int] = {}
@@ -158,7 +176,7 @@ class Attributor:
                 {h.name: h.status for h in (self.kubelet.health, self.cri.health, self.procfs) if h.status}
             ),
             dropped_total=MappingProxyType(dict(self._dropped_total)),
-            pod_uids=None if self.cri.value is None else frozenset(c.pod_uid for c in self.cri.value.values() if c.pod_uid),
+            pod_uids=None if self.cri.value is None else self.cri.value.live_pods,
         )
         self.state.publish_attribution(attribution)
         return attribution
@@ -189,15 +207,16 @@ class Attributor:
         return infos
 
     async def _refresh_cri_if_needed(self, infos: dict[int, ProcessInfo], now: float) -> None:
-        known = self.cri.value or {}
+        known = self.cri.value.containers if self.cri.value is not None else {}
         unknown = any(i.cgroup.container_id and i.cgroup.container_id not in known for i in infos.values())
         if self.cri.due(now, self.cri_refresh_seconds) or (unknown and self.cri.due(now, UNKNOWN_RETRY_SECONDS)):
 
-            async def fetch() -> dict[str, ContainerInfo]:
-                # Every container, exited ones too: a process is matched by its own (running)
-                # container's id either way, and a pod whose container is crash-looping has no
-                # running container between restarts but is still there (pod_uids below).
-                return {c.container_id: c for c in await self.cri_client.list_containers(running_only=False)}
+            async def fetch() -> _Runtime:
+                # Every container, whatever its state: a container's labels name its pod in any
+                # state, and one the runtime lists as "unknown" (its shim not answering) may still
+                # run the process being matched.
+                containers = await self.cri_client.list_containers(running_only=False)
+                return _Runtime.of(containers, await self.cri_client.list_pod_sandboxes())
 
             await self.cri.refresh(fetch, now)
 
@@ -222,7 +241,7 @@ class Attributor:
         identity = info.cgroup
         if not identity.container_id:
             return HOST
-        container = (self.cri.value or {}).get(identity.container_id)
+        container = self.cri.value.containers.get(identity.container_id) if self.cri.value is not None else None
         if container is None:  # the runtime is down or has not listed it yet: ids only
             return Owner(pod_uid=identity.pod_uid or "", container_id=identity.container_id)
         return Owner(

@@ -1,14 +1,24 @@
-"""Which pod a container id belongs to: the container runtime's CRI API (runtime.v1), over its socket.
+"""Which pod a container id belongs to, and which pods are live: the container runtime's CRI API
+(runtime.v1), over its socket.
 
     async with CriClient("/run/containerd/containerd.sock") as runtime:
         for c in await runtime.list_containers():   # running containers only
             c.container_id, c.pod_namespace, c.pod_name, c.pod_uid, c.container_name
+        for s in await runtime.list_pod_sandboxes():  # every pod sandbox, ready or not
+            s.pod_uid, s.ready
 
-/proc/<pid>/cgroup gives a process's container id; this maps the id to its pod. The pod fields
-come from the labels the kubelet puts on every container it creates (``io.kubernetes.pod.name``,
-``io.kubernetes.pod.namespace``, ``io.kubernetes.pod.uid``, ``io.kubernetes.container.name``,
-k8s.io/kubelet pkg/types/labels.go); containers without them (not created by the kubelet) are
-skipped. Proto subset in proto/cri/runtime/v1/api.proto.
+/proc/<pid>/cgroup gives a process's container id; ``ListContainers`` maps the id to its pod. The
+pod fields come from the labels the kubelet puts on every container it creates
+(``io.kubernetes.pod.name``, ``io.kubernetes.pod.namespace``, ``io.kubernetes.pod.uid``,
+``io.kubernetes.container.name``, k8s.io/kubelet pkg/types/labels.go); containers without them (not
+created by the kubelet) are skipped.
+
+``ListPodSandbox`` says whether a pod still runs: its sandbox is SANDBOX_READY from the kubelet's
+RunPodSandbox until the kubelet stops it (StopPodSandbox) — when the pod has finished for good
+(phase Succeeded or Failed) or is being deleted — and it stays listed, NOTREADY, with the pod's exited
+containers until the pod is deleted. A crash-looping container does not stop its sandbox. The pod
+comes from the sandbox's metadata (name, namespace, UID: the kubelet's PodSandboxConfig); sandboxes
+without a UID are skipped. Proto subset in proto/cri/runtime/v1/api.proto.
 
 Sockets: containerd ``/run/containerd/containerd.sock``, CRI-O ``/var/run/crio/crio.sock``.
 """
@@ -35,6 +45,7 @@ __all__ = [
     "POD_NAME_LABEL",
     "POD_UID_LABEL",
     "RuntimeVersion",
+    "SandboxInfo",
     "SourceError",
     "SourceUnavailable",
 ]
@@ -73,6 +84,18 @@ class ContainerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """One pod sandbox as the runtime lists it: the pod it was made for and whether it is ready
+    (SANDBOX_READY: the pod runs, or restarts its containers; SANDBOX_NOTREADY: stopped)."""
+
+    sandbox_id: str
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeVersion:
     """What the runtime says it is (``Version``): e.g. ("containerd", "v2.0.0", "v1")."""
 
@@ -88,6 +111,10 @@ class _RuntimeServiceStub(Protocol):
     def ListContainers(
         self, request: pb.ListContainersRequest, *, timeout: float
     ) -> Awaitable[pb.ListContainersResponse]: ...
+
+    def ListPodSandbox(
+        self, request: pb.ListPodSandboxRequest, *, timeout: float
+    ) -> Awaitable[pb.ListPodSandboxResponse]: ...
 
     def Version(self, request: pb.VersionRequest, *, timeout: float) -> Awaitable[pb.VersionResponse]: ...
 
@@ -126,6 +153,24 @@ class CriClient(UnixRpcClient[_RuntimeServiceStub]):
             if info is not None:
                 out.append(info)
         return out
+
+    async def list_pod_sandboxes(self) -> list[SandboxInfo]:
+        """Every pod sandbox (``ListPodSandbox``, no filter), ready or not."""
+        request = pb.ListPodSandboxRequest()
+        response = await self._call(
+            "ListPodSandbox", lambda stub, timeout: stub.ListPodSandbox(request, timeout=timeout)
+        )
+        return [
+            SandboxInfo(
+                sandbox_id=sandbox.id,
+                pod_name=sandbox.metadata.name,
+                pod_namespace=sandbox.metadata.namespace,
+                pod_uid=sandbox.metadata.uid,
+                ready=sandbox.state == pb.SANDBOX_READY,
+            )
+            for sandbox in response.items
+            if sandbox.metadata.uid
+        ]
 
     async def version(self) -> RuntimeVersion:
         """The runtime's name and versions (``Version``); a cheap liveness probe."""

@@ -123,11 +123,12 @@ class AttributionSnapshot:
     pods: tuple[PodGpuUsage, ...] = ()
     allocations: tuple[DeviceAllocation, ...] = ()
     sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))
-    # UIDs of the pods with a container in any state, exited ones too (the CRI runtime's
-    # ListContainers, refreshed every attribution.cri_refresh_seconds: a crash-looping pod keeps its
-    # exited container between restarts; a deleted pod's containers are removed); None while the
-    # runtime's answer is unknown or too old. The slicer reclaims a pod's slices only when this is
-    # known and lacks the pod.
+    # UIDs of the live pods: those with a ready sandbox (the CRI runtime's ListPodSandbox, refreshed
+    # every attribution.cri_refresh_seconds). A crash-looping pod keeps its ready sandbox between
+    # restarts; the kubelet stops the sandbox of a pod that finished for good (Succeeded, Failed),
+    # though it keeps its exited containers until the pod is deleted. None while the runtime's
+    # answer is unknown or too old. The slicer reclaims a pod's slices only when this is known and
+    # lacks the pod.
     pod_uids: frozenset[str] | None = None
     dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))
 

@@ -13,6 +13,11 @@
     POST   /sim/v1/pods        {"namespace", "name", "qos"?, "containers": [{"name", "gpus"?, "idle"?}]}
                                -> {"pod": {...}}; or {"count": N} (generated pods) -> {"count": N}
     DELETE /sim/v1/pods        {"namespace", "name"} -> {"deleted": "namespace/name"}
+    POST   /sim/v1/pods/phase  {"namespace", "name", "phase": "Succeeded" | "Failed"} -> {"pod": {...}}:
+                               the pod's containers exit for good (its processes end, the fake runtime
+                               lists them exited and its sandbox not ready until the pod is deleted);
+                               400 naming phase for another phase or a pod already finished, 404 for
+                               an unknown pod
     POST   /sim/v1/sources     {"source": "kubelet" | "cri", "running": bool} -> {"source", "running"}
     POST   /sim/v1/reboot      (no body, or {}) -> {"boot_id": str | null, "cleared": n}: simulate a node
                                reboot (faults cleared, driver counters restarted, processes gone,
@@ -239,6 +244,11 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
         node.delete_pod(namespace, name)
         return {"deleted": f"{namespace}/{name}"}
 
+    async def post_pod_phase(request: web.Request) -> Any:
+        body = await _body(request, ("namespace", "name", "phase"))
+        namespace, name, phase = _str(body, "namespace"), _str(body, "name"), _str(body, "phase")
+        return {"pod": asdict(node.finish_pod(namespace, name, phase))}
+
     async def post_source(request: web.Request) -> Any:
         body = await _body(request, ("source", "running"))
         source, running = body.get("source"), body.get("running")
@@ -290,6 +300,7 @@ def add_control_routes(app: web.Application, node: SimulatedNode, host: Simulate
     app.router.add_get("/sim/v1/pods", _guarded(get_pods))
     app.router.add_post("/sim/v1/pods", _guarded(post_pod))
     app.router.add_delete("/sim/v1/pods", _guarded(delete_pod))
+    app.router.add_post("/sim/v1/pods/phase", _guarded(post_pod_phase))
     app.router.add_post("/sim/v1/sources", _guarded(post_source))
     app.router.add_get("/sim/v1/faults", _guarded(get_faults))
     app.router.add_post("/sim/v1/faults", _guarded(post_fault))

@@ -5,13 +5,17 @@
     ...
     await server.stop()
 
-One ``Container`` per ``SimContainer`` of the current pods (``pods()`` is called per request), in
-state CONTAINER_RUNNING, carrying the labels and annotations the kubelet puts on the containers it
-creates, so the agent's ``attribution.cri`` reads it as it reads containerd. ``ListContainers``
-honours the whole ``ContainerFilter`` as containerd does: ``id`` and ``pod_sandbox_id`` match a
-full id or an unambiguous prefix of one, ``state`` the exact state, ``label_selector`` every
-key/value pair. Only ``Version`` and ``ListContainers`` are served (a subset of the API); other
-RPCs are not part of the proto subset and answer UNIMPLEMENTED.
+One ``PodSandbox`` per pod of the current pods (``pods()`` is called per request) and one
+``Container`` per ``SimContainer``, carrying the labels and annotations the kubelet puts on what it
+creates, so the agent's ``attribution.cri`` reads it as it reads containerd. A running pod's sandbox
+is SANDBOX_READY and its containers CONTAINER_RUNNING; a finished pod's (``SimPod.phase`` Succeeded
+or Failed) sandbox is SANDBOX_NOTREADY, stopped by the kubelet, and its containers CONTAINER_EXITED,
+both still listed, as the kubelet keeps them until the pod is deleted; a deleted pod's are gone.
+``ListContainers`` honours the whole ``ContainerFilter`` and ``ListPodSandbox`` the whole
+``PodSandboxFilter`` as containerd does: ``id`` and ``pod_sandbox_id`` match a full id or an
+unambiguous prefix of one, ``state`` the exact state, ``label_selector`` every key/value pair. Only
+``Version``, ``ListPodSandbox`` and ``ListContainers`` are served (a subset of the API); other RPCs
+are not part of the proto subset and answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ from runtimekit._proto.cri.runtime.v1 import api_pb2_grpc as pb_grpc
 from .kubelet import FakeUnixGrpcServer
 from .pods import SimContainer, SimPod
 
-__all__ = ["FakeCriServer", "container_of", "filter_containers", "kubelet_labels", "sandbox_id"]
+__all__ = [
+    "FakeCriServer",
+    "container_of",
+    "filter_containers",
+    "filter_sandboxes",
+    "kubelet_labels",
+    "sandbox_id",
+    "sandbox_of",
+]
 
 RUNTIME_NAME = "runtimekit-sim"
 
@@ -39,22 +51,38 @@ def sandbox_id(pod: SimPod) -> str:
     return hashlib.sha256(f"sandbox:{pod.uid}".encode()).hexdigest()
 
 
-def kubelet_labels(pod: SimPod, container: SimContainer) -> dict[str, str]:
-    """The labels the kubelet sets on a container (k8s.io/kubelet pkg/types/labels.go)."""
-    return {
-        "io.kubernetes.container.name": container.name,
+def kubelet_labels(pod: SimPod, container: SimContainer | None = None) -> dict[str, str]:
+    """The labels the kubelet sets on a container, or on the pod's sandbox without ``container``
+    (k8s.io/kubelet pkg/types/labels.go)."""
+    labels = {
         "io.kubernetes.pod.name": pod.name,
         "io.kubernetes.pod.namespace": pod.namespace,
         "io.kubernetes.pod.uid": pod.uid,
     }
+    if container is not None:
+        labels["io.kubernetes.container.name"] = container.name
+    return labels
 
 
 def _image_digest(image: str) -> str:
     return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
+def sandbox_of(pod: SimPod, created_at_ns: int) -> pb.PodSandbox:
+    """The CRI ``PodSandbox`` of a simulated pod (attempt 0): ready while the pod runs."""
+    return pb.PodSandbox(
+        id=sandbox_id(pod),
+        metadata=pb.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace, attempt=0),
+        state=pb.SANDBOX_NOTREADY if pod.finished else pb.SANDBOX_READY,
+        created_at=created_at_ns,
+        labels=kubelet_labels(pod),
+        annotations={"kubernetes.io/config.source": "api"},
+    )
+
+
 def container_of(pod: SimPod, container: SimContainer, created_at_ns: int) -> pb.Container:
-    """The CRI ``Container`` of a simulated container (running, attempt 0)."""
+    """The CRI ``Container`` of a simulated container (attempt 0): running, exited once its pod
+    has finished."""
     digest = _image_digest(container.image)
     return pb.Container(
         id=container.container_id,
@@ -63,7 +91,7 @@ def container_of(pod: SimPod, container: SimContainer, created_at_ns: int) -> pb
         image=pb.ImageSpec(image=digest, user_specified_image=container.image),
         image_ref=digest,
         image_id=digest,
-        state=pb.CONTAINER_RUNNING,
+        state=pb.CONTAINER_EXITED if pod.finished else pb.CONTAINER_RUNNING,
         created_at=created_at_ns,
         labels=kubelet_labels(pod, container),
         annotations={
@@ -76,9 +104,11 @@ def container_of(pod: SimPod, container: SimContainer, created_at_ns: int) -> pb
 
 
 class FakeCriServer(FakeUnixGrpcServer):
-    """CRI ``RuntimeService`` (Version, ListContainers) over a unix socket, answering from ``pods()``.
+    """CRI ``RuntimeService`` (Version, ListPodSandbox, ListContainers) over a unix socket,
+    answering from ``pods()``.
 
-    ``created_at_ns`` is every container's creation time (default: when the server was built).
+    ``created_at_ns`` is every sandbox's and container's creation time (default: when the server
+    was built).
     """
 
     def __init__(
@@ -91,7 +121,10 @@ class FakeCriServer(FakeUnixGrpcServer):
         super().__init__(socket_path)
         self.pods = pods
         self.created_at_ns = time.time_ns() if created_at_ns is None else created_at_ns
-        self.calls: dict[str, int] = {"Version": 0, "ListContainers": 0}
+        self.calls: dict[str, int] = {"Version": 0, "ListPodSandbox": 0, "ListContainers": 0}
+
+    def sandboxes(self) -> list[pb.PodSandbox]:
+        return [sandbox_of(pod, self.created_at_ns) for pod in self.pods()]
 
     def containers(self) -> list[pb.Container]:
         return [
@@ -127,6 +160,19 @@ def filter_containers(containers: list[pb.Container], f: pb.ContainerFilter) -> 
     return out
 
 
+def filter_sandboxes(sandboxes: list[pb.PodSandbox], f: pb.PodSandboxFilter) -> list[pb.PodSandbox]:
+    """Apply a CRI ``PodSandboxFilter`` (all fields ANDed), as containerd's ListPodSandbox does."""
+    out = sandboxes
+    if f.id:
+        full = _resolve(f.id, (s.id for s in out))
+        out = [s for s in out if s.id == full]
+    if f.HasField("state"):
+        out = [s for s in out if s.state == f.state.state]
+    if f.label_selector:
+        out = [s for s in out if all(s.labels.get(k) == v for k, v in f.label_selector.items())]
+    return out
+
+
 class _RuntimeServicer(pb_grpc.RuntimeServiceServicer):
     """Translates only: requests in, messages built from the fake's pods out."""
 
@@ -142,6 +188,14 @@ class _RuntimeServicer(pb_grpc.RuntimeServiceServicer):
             runtime_version=__version__,
             runtime_api_version="v1",
         )
+
+    async def ListPodSandbox(self, request, context):
+        self._fake.calls["ListPodSandbox"] += 1
+        await self._fake._answer_delay()
+        sandboxes = self._fake.sandboxes()
+        if request.HasField("filter"):
+            sandboxes = filter_sandboxes(sandboxes, request.filter)
+        return pb.ListPodSandboxResponse(items=sandboxes)
 
     async def ListContainers(self, request, context):
         self._fake.calls["ListContainers"] += 1

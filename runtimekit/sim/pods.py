@@ -34,11 +34,21 @@ class SimContainer:
 
 @dataclass(frozen=True, slots=True)
 class SimPod:
+    """A pod on the node. ``phase`` is "Running" or, once its containers have exited for good,
+    "Succeeded" or "Failed": the kubelet has then stopped its sandbox, and its exited containers
+    stay listed by the runtime until the pod is deleted."""
+
     name: str
     namespace: str
     uid: str  # the pod UID (a UUID with dashes)
     containers: tuple[SimContainer, ...] = field(default_factory=tuple)
     qos_class: str = "burstable"  # "guaranteed", "burstable" or "besteffort" (cgroup path component)
+    phase: str = "Running"
+
+    @property
+    def finished(self) -> bool:
+        """Its containers have exited for good (phase Succeeded or Failed)."""
+        return self.phase in FINISHED_PHASES
 
     def container(self, name: str) -> SimContainer | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -57,6 +67,7 @@ class KubernetesSpec:
 RUNTIMES = ("containerd", "cri-o", "docker")
 CGROUP_DRIVERS = ("systemd", "cgroupfs")
 QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
+FINISHED_PHASES = ("Succeeded", "Failed")  # the terminal pod phases (core/v1 PodPhase)
 
 
 def container_id_for(namespace: str, pod: str, container: str, salt: str = "") -> str:

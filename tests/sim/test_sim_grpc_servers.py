@@ -130,6 +130,23 @@ CRI_FIELDS = [
     ("VersionResponse", "runtime_name", 2),
     ("VersionResponse", "runtime_version", 3),
     ("VersionResponse", "runtime_api_version", 4),
+    ("ListPodSandboxRequest", "filter", 1),
+    ("PodSandboxFilter", "id", 1),
+    ("PodSandboxFilter", "state", 2),
+    ("PodSandboxFilter", "label_selector", 3),
+    ("PodSandboxStateValue", "state", 1),
+    ("ListPodSandboxResponse", "items", 1),
+    ("PodSandbox", "id", 1),
+    ("PodSandbox", "metadata", 2),
+    ("PodSandbox", "state", 3),
+    ("PodSandbox", "created_at", 4),
+    ("PodSandbox", "labels", 5),
+    ("PodSandbox", "annotations", 6),
+    ("PodSandbox", "runtime_handler", 7),
+    ("PodSandboxMetadata", "name", 1),
+    ("PodSandboxMetadata", "uid", 2),
+    ("PodSandboxMetadata", "namespace", 3),
+    ("PodSandboxMetadata", "attempt", 4),
 ]
 
 
@@ -148,12 +165,16 @@ def test_packages_enums_and_method_paths_match_upstream():
     assert lister.full_name == "v1.PodResourcesLister"
     runtime = cri_pb.DESCRIPTOR.services_by_name["RuntimeService"]
     assert runtime.full_name == "runtime.v1.RuntimeService"
-    assert {m.name for m in runtime.methods} == {"Version", "ListContainers"}
+    assert {m.name for m in runtime.methods} == {"Version", "ListPodSandbox", "ListContainers"}
     assert [(v.name, v.number) for v in cri_pb.ContainerState.DESCRIPTOR.values] == [
         ("CONTAINER_CREATED", 0),
         ("CONTAINER_RUNNING", 1),
         ("CONTAINER_EXITED", 2),
         ("CONTAINER_UNKNOWN", 3),
+    ]
+    assert [(v.name, v.number) for v in cri_pb.PodSandboxState.DESCRIPTOR.values] == [
+        ("SANDBOX_READY", 0),
+        ("SANDBOX_NOTREADY", 1),
     ]
     share_id = pr_pb.ClaimResource.DESCRIPTOR.fields_by_name["share_id"]
     assert share_id.has_presence  # proto3 optional, as upstream

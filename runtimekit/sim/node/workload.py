@@ -1,9 +1,10 @@
 """The simulated node's workload: pods, their containers, and the processes on the GPUs.
 
 Pods come from the scenario (``kubernetes.pods``), from ``add_pod`` and from ``set_pod_count``
-(generated, time-sliced replicas named as the NVIDIA device plugin names them). Processes are
-the load profile's job (in the non-idle containers holding whole GPUs, or on every GPU when the
-scenario declares no pods), processes started with ``add_process``, and background churn
+(generated, time-sliced replicas named as the NVIDIA device plugin names them); ``finish_pod``
+ends one for good (Succeeded, Failed) and ``delete_pod`` removes it. Processes are the load
+profile's job (in the non-idle containers of running pods holding whole GPUs, or on every GPU when
+the scenario declares no pods), processes started with ``add_process``, and background churn
 (``set_process_count``). Process rows carry host PIDs, as the driver reports them.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 from .. import load as _load
 from ..faults import FaultError
 from ..pods import (
+    FINISHED_PHASES,
     GPU_RESOURCE,
     QOS_CLASSES,
     KubernetesSpec,
@@ -99,11 +102,33 @@ class WorkloadPart(NodeCore):
             pod = self._pods.pop((namespace, name), None)
             if pod is None:
                 raise KeyError(f"pod {namespace}/{name} does not exist")
-            ids = {c.container_id for c in pod.containers}
-            for pid in [pid for pid, entry in self._manual.items() if entry[3] and entry[3].container_id in ids]:
-                del self._manual[pid]
-                self._in_instance.pop(pid, None)
-            self._proc_gen += 1
+            self._end_processes_of(pod)
+
+    def finish_pod(self, namespace: str, name: str, phase: str) -> SimPod:
+        """A pod's containers exit for good (a Job done, restartPolicy Never): ``phase`` "Succeeded"
+        or "Failed". Its processes end and the job no longer runs in it; the fake runtime lists its
+        containers exited and its sandbox not ready until the pod is deleted. KeyError when unknown
+        (generated pods included); FaultError naming ``phase`` for another phase or a pod already
+        finished (a finished pod does not run again)."""
+        if phase not in FINISHED_PHASES:
+            raise FaultError(f"phase: got {phase!r}; must be one of {', '.join(FINISHED_PHASES)}")
+        with self._lock:
+            pod = self._pods.get((namespace, name))
+            if pod is None:
+                raise KeyError(f"pod {namespace}/{name} does not exist")
+            if pod.finished:
+                raise FaultError(f"phase: pod {namespace}/{name} has already finished ({pod.phase})")
+            pod = self._pods[(namespace, name)] = replace(pod, phase=phase)
+            self._end_processes_of(pod)
+            return pod
+
+    def _end_processes_of(self, pod: SimPod) -> None:
+        """Every process in ``pod``'s containers ends (lock held)."""
+        ids = {c.container_id for c in pod.containers}
+        for pid in [pid for pid, entry in self._manual.items() if entry[3] and entry[3].container_id in ids]:
+            del self._manual[pid]
+            self._in_instance.pop(pid, None)
+        self._proc_gen += 1
 
     def set_pod_count(self, count: int) -> None:
         """Generated pods ``sim-pod-NNNN`` in namespace ``sim``, sharing the GPUs round-robin
@@ -138,13 +163,14 @@ class WorkloadPart(NodeCore):
         return not self._declares_pods or gpu in self._holders()
 
     def _holders(self) -> dict[int, SimContainer]:
-        """GPU index -> the first non-idle container holding it whole (the job runs there)."""
+        """GPU index -> the first non-idle container of a running pod holding it whole (the job
+        runs there)."""
         if self._holders_cache is not None and self._holders_cache[0] == self._proc_gen:
             return self._holders_cache[1]
         by_uuid = {g.spec.uuid: g.spec.index for g in self._gpus}
         holders: dict[int, SimContainer] = {}
         for pod in sorted(self._pods.values(), key=lambda p: (p.namespace, p.name)):
-            for container in pod.containers:
+            for container in () if pod.finished else pod.containers:
                 for device in container.devices:
                     index = by_uuid.get(device.device_id)
                     if index is not None and not container.idle:
@@ -230,6 +256,8 @@ class WorkloadPart(NodeCore):
         found = self._pods.get((namespace, pod))
         if found is None:
             raise FaultError(f"pod: no pod {namespace}/{pod}")
+        if found.finished:
+            raise FaultError(f"pod: pod {namespace}/{pod} has finished ({found.phase}); its containers have exited")
         owner = found.container(container)
         if owner is None:
             raise FaultError(f"container: no container {container!r} in pod {namespace}/{pod}")

@@ -40,6 +40,11 @@ class RuntimeServiceStub:
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.VersionRequest.SerializeToString,
                 response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.VersionResponse.FromString,
                 _registered_method=True)
+        self.ListPodSandbox = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListPodSandbox',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.FromString,
+                _registered_method=True)
         self.ListContainers = channel.unary_unary(
                 '/runtime.v1.RuntimeService/ListContainers',
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListContainersRequest.SerializeToString,
@@ -53,6 +58,13 @@ class RuntimeServiceServicer:
 
     def Version(self, request, context):
         """Version returns the runtime name, runtime version, and runtime API version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPodSandbox(self, request, context):
+        """ListPodSandbox returns a list of PodSandboxes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -72,6 +84,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.Version,
                     request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.VersionRequest.FromString,
                     response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.VersionResponse.SerializeToString,
+            ),
+            'ListPodSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPodSandbox,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.SerializeToString,
             ),
             'ListContainers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListContainers,
@@ -107,6 +124,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/Version',
             cri_dot_runtime_dot_v1_dot_api__pb2.VersionRequest.SerializeToString,
             cri_dot_runtime_dot_v1_dot_api__pb2.VersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPodSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListPodSandbox',
+            cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.FromString,
             options,
             channel_credentials,
             insecure,
