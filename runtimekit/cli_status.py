@@ -9,6 +9,9 @@ agent's certificate) and ``--client-cert``/``--client-key`` (mutual TLS); its ba
 password come from the environment, ``RUNTIMEKIT_USERNAME`` and ``RUNTIMEKIT_PASSWORD`` (never a
 flag: a command line is visible to every user of the machine).
 
+The head line says how old the sample and the attribution are by the agent's clock (``age_seconds``),
+and ``STALE`` with a warning line where the agent says a part is older than a few sampling intervals.
+
 Every string from the agent (process, container and pod names, fault evidence: text a tenant can
 choose) is shown with its non-printable characters escaped (``\\x1b`` for ESC), so that no escape
 sequence in it reaches the terminal.
@@ -46,6 +49,7 @@ GiB = 1 << 30
 BAR_WIDTH = 10
 COLOURS = {"healthy": "32", "suspect": "33", "unhealthy": "31", "lost": "31", "recovering": "34", "unknown": "2"}
 CLEAR = "\x1b[H\x1b[2J"
+AGE_UNITS = (("s", 1, 120), ("min", 60, 7200), ("h", 3600, 172800), ("d", 86400, float("inf")))  # unit, size, below
 
 
 class StatusError(Exception):
@@ -219,6 +223,30 @@ def _gib(value: int | None) -> str:
     return f"{value / GiB:.1f}" if value is not None else "n/a"
 
 
+def _age(seconds: float) -> str:
+    """An age for people, as the page writes it: "0.4 s", "42 s", "12 min", "3 h", "2 d"."""
+    unit, size = next((unit, size) for unit, size, below in AGE_UNITS if seconds < below)
+    return f"{seconds:.1f} s" if seconds < 10 else f"{round(seconds / size)} {unit}"
+
+
+def _freshness(document: dict[str, Any], paint: _Painter) -> tuple[str, list[str]]:
+    """", sample 0.4 s old, attribution 0.5 s old" for the head line, "STALE" after a part the agent
+    says is stale, and a warning line for each such part."""
+    every = (document.get("agent") or {}).get("sample_interval_seconds")
+    every = f" (the agent samples every {every:g} s)" if _known(every) else ""
+    warnings = {"sample": "no new GPU sample for {age}" + every + ": the numbers below are the last ones read "
+                "(the sampler may be stuck in the driver)",
+                "attribution": "processes and pods last attributed {age} ago: they may have changed"}
+    head, lines = "", []
+    for key, warning in warnings.items():
+        part = document.get(key) or {}
+        if _known(part.get("age_seconds")):
+            age, stale = _age(part["age_seconds"]), part.get("stale") is True
+            head += f", {key} {age} old" + (" " + paint("STALE", COLOURS["suspect"]) if stale else "")
+            lines += [paint("STALE: " + warning.format(age=age), COLOURS["suspect"])] if stale else []
+    return head, lines
+
+
 def _health(gpu: dict[str, Any]) -> str:
     if gpu.get("health"):
         return str(gpu["health"]["state"])
@@ -306,9 +334,10 @@ def render(document: dict[str, Any], *, top: int = 5, colour: bool = False) -> s
         gpus = f"NVML unavailable: {sample.get('nvml_error', '')}"
     else:
         gpus = f"{sample.get('device_count')} GPUs, driver {sample.get('driver_version') or 'n/a'}"
+    fresh, warnings = _freshness(document, paint)
     head = (f"runtimekit {agent.get('version', '?')} on {agent.get('node', '?')}: node "
-            f"{paint(node_health, COLOURS.get(node_health, ''))}, {ready}, {gpus}")
-    lines = [head, "", *_gpu_lines(document, paint), "", *_slice_lines(document, paint), "",
+            f"{paint(node_health, COLOURS.get(node_health, ''))}, {ready}, {gpus}{fresh}")
+    lines = [head, *warnings, "", *_gpu_lines(document, paint), "", *_slice_lines(document, paint), "",
              *_process_lines(document, top, paint)]
     return "\n".join(lines) + "\n"
 

@@ -4,15 +4,26 @@ the handler never reads hardware. A part not published yet is null (``sample`` b
 sampling cycle, ``health`` before the first verdict, ``topology`` before the first discovery);
 the document itself is always served, so a page can say what it is waiting for.
 
+**Freshness.** The agent's own clock dates every part, so ages are right whatever the reader's
+clock says: ``age_seconds`` is ``generated_at_unix`` (when the document was made) less the part's
+own time (``sampled_at_unix``, the start of the sampling cycle; ``refreshed_at_unix``, the end of the
+attribution pass), never below 0. A part is ``stale`` once its age passes ``stale_after_seconds``:
+``STALE_CYCLES`` sampling periods (``sample_interval_seconds``, or the NVML retry interval while
+NVML is down, plus the last cycle's duration), at least ``STALE_FLOOR_SECONDS``. A sampler stuck in
+the driver (a stuck cycle holds every later one) or dead leaves the last sample in place: its age
+says so. The attributor runs after each sample, so its age goes stale with the sample's, or alone
+when it is the one stuck.
+
 The body::
 
     {"agent": {"version": "0.1.0", "node": "simulated node dgx-h100", "ready": true, "ready_detail": "",
-               "generated_at_unix": 1700000000.0,
+               "generated_at_unix": 1700000000.0, "sample_interval_seconds": 1.0, "stale_after_seconds": 3.15,
                "components": [{"name": "sampler", "up": true, "required": true, "restarts": 0, "last_error": ""}, …]},
-     "sample": {"sampled_at_unix": …, "nvml_up": true, "nvml_error": "", "driver_version": "550.54.15",
-                "cuda_version": "12.4", "device_count": 8} | null,
+     "sample": {"sampled_at_unix": …, "age_seconds": 0.4, "stale": false, "nvml_up": true, "nvml_error": "",
+                "driver_version": "550.54.15", "cuda_version": "12.4", "device_count": 8} | null,
      "health": {"state": "healthy", "action": "none", "faults": [{"fault", "severity", "action",
                 "evidence", "clearing"}], "evaluated_at_unix": …} | null,
+     "attribution": {"refreshed_at_unix": …, "age_seconds": 0.3, "stale": false} | null,
      "gpus": [… runtimekit.statuspage.gpu_json.render_gpu …],
      "slices": [… runtimekit.statuspage.gpu_json.render_slice …],
      "topology": … runtimekit.statuspage.topology_json.render_matrix … | null}
@@ -26,6 +37,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from runtimekit.attribution.types import AttributionSnapshot
+from runtimekit.config import SamplingConfig
 from runtimekit.gpu.types import NodeSnapshot
 from runtimekit.state import NodeView
 from runtimekit.state.health import NodeHealth
@@ -33,13 +46,32 @@ from runtimekit.statuspage.gpu_json import render_fault, render_gpus, render_sli
 from runtimekit.statuspage.topology_json import render_matrix
 
 NODE_PATH = "/api/v1/node"
+#: Sampling periods a part may be old before it is stale (a late cycle or two is not yet staleness).
+STALE_CYCLES = 3
+#: The least ``stale_after_seconds``, for short intervals: an event loop's jitter is not staleness.
+STALE_FLOOR_SECONDS = 1.0
 
 
-def render_sample(snapshot: NodeSnapshot | None) -> dict[str, Any] | None:
+def stale_after(view: NodeView, sampling: SamplingConfig) -> float:
+    """Seconds after which the sample (or the attribution) is stale, as the docstring above says."""
+    nvml_down = view.snapshot is not None and not view.snapshot.nvml_up
+    period = sampling.nvml_retry_seconds if nvml_down else sampling.interval_seconds
+    return max(STALE_CYCLES * (period + view.sampler.last_duration_seconds), STALE_FLOOR_SECONDS)
+
+
+def freshness(at: float, now: float, limit: float) -> dict[str, Any]:
+    """``age_seconds`` of a part dated ``at`` (agent's clock) in a document made at ``now``, and
+    whether it is ``stale`` (older than ``limit``)."""
+    age = max(0.0, now - at)
+    return {"age_seconds": age, "stale": age > limit}
+
+
+def render_sample(snapshot: NodeSnapshot | None, now: float, limit: float) -> dict[str, Any] | None:
     if snapshot is None:
         return None
     driver = snapshot.driver
-    return {"sampled_at_unix": snapshot.sampled_at, "nvml_up": snapshot.nvml_up, "nvml_error": snapshot.nvml_error,
+    return {"sampled_at_unix": snapshot.sampled_at, **freshness(snapshot.sampled_at, now, limit),
+            "nvml_up": snapshot.nvml_up, "nvml_error": snapshot.nvml_error,
             "driver_version": value(driver.driver_version) if driver else None,
             "cuda_version": value(driver.cuda_driver_version) if driver else None,
             "device_count": snapshot.device_count}
@@ -52,9 +84,20 @@ def render_node_health(verdict: NodeHealth | None) -> dict[str, Any] | None:
             "evaluated_at_unix": verdict.evaluated_at}
 
 
-def render_node(view: NodeView, *, node: str, version: str, now: float) -> dict[str, Any]:
+def render_attribution(attribution: AttributionSnapshot | None, now: float, limit: float) -> dict[str, Any] | None:
+    """When processes and pods were last attributed (their rows are in ``gpus``); None before the first pass."""
+    if attribution is None:
+        return None
+    return {"refreshed_at_unix": attribution.refreshed_at, **freshness(attribution.refreshed_at, now, limit)}
+
+
+def render_node(view: NodeView, *, node: str, version: str, now: float,
+                sampling: SamplingConfig | None = None) -> dict[str, Any]:
     """The document above, for ``view``; ``node`` names the node ("simulated node dgx-h100"),
-    ``now`` is the unix time it is made at."""
+    ``now`` is the unix time it is made at (the agent's clock, the one that dated the parts),
+    ``sampling`` the agent's sampling settings (None: their defaults)."""
+    sampling = sampling or SamplingConfig()
+    limit = stale_after(view, sampling)
     ready, why = view.ready
     return json_safe({
         "agent": {
@@ -63,11 +106,14 @@ def render_node(view: NodeView, *, node: str, version: str, now: float) -> dict[
             "ready": ready,
             "ready_detail": why,
             "generated_at_unix": now,
+            "sample_interval_seconds": sampling.interval_seconds,
+            "stale_after_seconds": limit,
             "components": [{"name": c.name, "up": c.up, "required": c.required, "restarts": c.restarts_total,
                             "last_error": c.last_error} for c in view.components.values()],
         },
-        "sample": render_sample(view.snapshot),
+        "sample": render_sample(view.snapshot, now, limit),
         "health": render_node_health(view.health),
+        "attribution": render_attribution(view.attribution, now, limit),
         "gpus": render_gpus(view.snapshot.gpus if view.snapshot else (), view.health, view.attribution, view.slices),
         "slices": render_slices(view.slices, view.health),
         "topology": render_matrix(view.topology),

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from exporter_factories import SAMPLED_AT
 from statuspage_factories import SLICE_ID, make_node
 
 from runtimekit.cli import main
@@ -21,13 +22,14 @@ from tests.agent_process import ROOT, Agent, free_port, start_agent, without_pod
 
 
 def document() -> dict:
-    return render_node(make_node().view(), node="test node", version="9.9.9", now=0.0)
+    return render_node(make_node().view(), node="test node", version="9.9.9", now=SAMPLED_AT + 0.9)  # fresh
 
 
 def test_the_frame_shows_gpus_health_faults_slices_and_top_processes():
     frame = render(document(), top=5)
     lines = frame.splitlines()
-    assert lines[0] == "runtimekit 9.9.9 on test node: node unhealthy, ready, 2 GPUs, driver 550.54.15"
+    assert lines[0] == ("runtimekit 9.9.9 on test node: node unhealthy, ready, 2 GPUs, driver 550.54.15, "
+                        "sample 0.9 s old, attribution 0.4 s old")
     header, first, second = lines[2:5]
     assert header.split()[:4] == ["GPU", "MODEL", "HEALTH", "UTIL"]
     assert first.split()[:5] == ["0", "NVIDIA", "H100", "80GB", "HBM3"] and "healthy" in first
@@ -134,6 +136,7 @@ def test_json_is_the_agents_document(agent, slice_id, capsys):
     assert main(["status", "--address", agent.url.removeprefix("http://"), "-o", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert len(document["gpus"]) == 8 and [s["id"] for s in document["slices"]] == [slice_id]
+    assert document["agent"]["sample_interval_seconds"] == 0.5  # the agent's own (--interval 0.5), not the default
 
 
 def test_watch_draws_again_every_interval(agent, capsys):

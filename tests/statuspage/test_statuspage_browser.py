@@ -3,9 +3,9 @@ real agent on the simulated DGX H100: the 8 GPUs are drawn, an injected XID 79 t
 red, a slice made with ``runtimekit slice create`` appears, the page asks nothing of any other
 origin, and once the agent stops it says so. A full-page screenshot is kept (its path is printed; ``pytest -s`` shows it).
 
-The browser runs with a fresh profile and no network besides the agent's loopback address: no
-component updates, sync, QUIC or first-run requests. Missing ``chromium`` fails the test under
-CI=true and skips it elsewhere (tests/conftest.py).
+The browser (the ``browser`` fixture, conftest.py) runs with a fresh profile and no network besides
+the agent's loopback address: no component updates, sync, QUIC or first-run requests. Missing
+``chromium`` fails the test under CI=true and skips it elsewhere (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import BrowserContext, expect, sync_playwright
+from playwright.sync_api import expect
 
 from tests.agent_process import ROOT, Agent, start_agent, without_pods
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOST_GPU = 2
 SLICE_GPU = 0
 BAD_RED = "rgb(220, 38, 38)"  # status.css --bad in the light scheme
@@ -36,19 +34,6 @@ def agent(tmp_path) -> Iterator[Agent]:
     agent = start_agent(tmp_path, "--sim", without_pods("dgx-h100", tmp_path), "--interval", "0.5", "--seed", "3")
     yield agent
     agent.stop()
-
-
-@pytest.fixture
-def browser(tmp_path, require_tool) -> Iterator[BrowserContext]:
-    chromium = require_tool("chromium")
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 900}, color_scheme="light")
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 def inject_xid_79(agent: Agent, gpu: int) -> None:

@@ -1,9 +1,12 @@
 // The status page of the Runtime Kit node agent: draws GET /api/v1/node (documented in
 // runtimekit/statuspage/node_json.py) and fetches it again every REFRESH_MS. Every text is set as a
 // text node, never parsed as HTML: names, evidence and pod names come from the node, not from us.
+// How old the data is comes from the agent's own clock (the document's age_seconds and stale), so a
+// browser whose clock is off still reads the right ages; a fetch that hangs counts as a failed one.
 "use strict";
 
 const REFRESH_MS = 1500;
+const FETCH_TIMEOUT_MS = 5000;
 const NODE_URL = "/api/v1/node";
 const GiB = 1024 ** 3;
 const PROCESSES_SHOWN = 4;
@@ -40,6 +43,14 @@ function bytes(value) {
   if (!known(value)) return "n/a";
   if (value >= GiB) return `${gib(value)} GiB`;
   return `${Math.round(value / 1024 ** 2)} MiB`;
+}
+
+// An age for people: "0.4 s", "42 s", "12 min", "3 h", "2 d".
+function age(seconds) {
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  return seconds < 172800 ? `${Math.round(seconds / 3600)} h` : `${Math.round(seconds / 86400)} d`;
 }
 
 function healthOf(gpu) {
@@ -225,18 +236,50 @@ function draw(doc) {
 
 // -- the refresh loop -----------------------------------------------------------------------------
 
-function connection(state, text) {
+function connection(state, text, title) {
   const node = document.getElementById("connection");
   node.dataset.state = state;
   node.textContent = text;
+  node.title = title || "";
+}
+
+// The banner that says the data is stale, in words (a live region: set only when its text changes).
+function staleBanner(text) {
+  const banner = document.getElementById("stale");
+  if (banner.textContent !== text) banner.textContent = text;
+  banner.hidden = !text;
+  document.body.dataset.stale = text ? "yes" : "no";
+}
+
+// "live · sample 0.4 s old · attribution 0.5 s old", or "stale · …" (and the banner) when a part is
+// older than the agent's stale_after_seconds (a few sampling intervals).
+function drawFreshness(doc) {
+  const { sample, attribution, agent } = doc;
+  const aged = (what, part) => (part && known(part.age_seconds) ? `${what} ${age(part.age_seconds)} old` : null);
+  const stale = Boolean((sample && sample.stale) || (attribution && attribution.stale));
+  const every = known(agent.sample_interval_seconds) ? ` (the agent samples every ${agent.sample_interval_seconds} s)` : "";
+  const text = [stale ? "stale" : "live", sample ? aged("sample", sample) : "waiting for the first sample",
+    aged("attribution", attribution)].filter(Boolean).join(" · ");
+  connection(stale ? "stale" : "live", text, `page updated ${new Date().toLocaleTimeString()}${every}`);
+  // No age in the banner: it is a live region, read out again whenever its text changes.
+  let banner = "";
+  if (sample && sample.stale) {
+    banner = `Stale data: no new GPU sample for several sampling intervals${every}. The numbers shown are `
+      + "the last ones read; the sampler may be stuck in the driver.";
+  } else if (attribution && attribution.stale) {
+    banner = "Stale attribution: processes and pods not attributed again for several sampling intervals; "
+      + "they may have changed.";
+  }
+  staleBanner(banner);
 }
 
 async function refresh() {
   try {
-    const response = await fetch(NODE_URL, { cache: "no-store" });
+    const response = await fetch(NODE_URL, { cache: "no-store", signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    draw(await response.json());
-    connection("live", `live · updated ${new Date().toLocaleTimeString()}`);
+    const doc = await response.json();
+    draw(doc);
+    drawFreshness(doc);
   } catch (error) {
     connection("down", `agent unreachable (${error.message}); retrying`);
   } finally {
