@@ -254,16 +254,23 @@ class Attributor:
 
     def _allocations(self, snapshot: NodeSnapshot) -> tuple[DeviceAllocation, ...]:
         """The kubelet's allocations resolved to GPUs; the last result again while the kubelet's
-        answer, the GPUs and their MIG devices are the same (they rarely change between two cycles)."""
-        key = (self.kubelet.value, tuple((gpu.uuid, gpu.index, tuple(d.ref for d in gpu.mig_devices)) for gpu in snapshot.gpus))
+        and the runtime's answers (the same objects between refreshes), the GPUs and their MIG
+        devices are the same (they rarely change between two cycles)."""
+        gpus = tuple((gpu.uuid, gpu.index, tuple(d.ref for d in gpu.mig_devices)) for gpu in snapshot.gpus)
+        key = (self.kubelet.value, self.cri.value, gpus)
         if self._last_allocations is None or self._last_allocations[0] != key:
             self._last_allocations = (key, resolve_allocations(self._allocation_rows(), snapshot))
         return self._last_allocations[1]
 
     def _allocation_rows(self) -> list[tuple[Owner, str, str]]:
+        """(owner, resource, device id) per device the kubelet lists; the owner's pod UID from the
+        runtime's containers (pod-resources names pods by namespace and name only), "" unknown."""
+        runtime = self.cri.value
+        uids = {(c.pod_namespace, c.pod_name): c.pod_uid for c in runtime.containers.values()} if runtime else {}
         rows: list[tuple[Owner, str, str]] = []
         for row in self.kubelet.value or []:
-            owner = Owner(namespace=row.namespace, pod=row.pod_name, container=row.container_name)
+            owner = Owner(namespace=row.namespace, pod=row.pod_name, container=row.container_name,
+                          pod_uid=uids.get((row.namespace, row.pod_name)) or "")
             rows.extend((owner, row.resource_name, device_id) for device_id in row.device_ids)
         return rows
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from runtimekit.attribution.attributor import Attributor
 from runtimekit.attribution.cri import ContainerInfo, SandboxInfo
 from runtimekit.attribution.errors import SourceError, SourceUnavailable
+from runtimekit.attribution.podresources import PodDevices
 from runtimekit.attribution.procfs import ProcessReader
 from runtimekit.gpu.types import DriverInfo, NodeSnapshot
 from runtimekit.state import NodeState
@@ -157,3 +158,19 @@ async def test_sandboxes_are_listed_every_cri_refresh_seconds_not_every_cycle(tm
     clock.t += 1
     assert (await attributor.attribute(SNAPSHOT)).pod_uids == frozenset()
     assert runtime.asked == ["containers(running_only=False)", "sandboxes"] * 2
+
+
+async def test_the_kubelets_allocations_carry_the_pods_uid_from_the_runtime(tmp_path):
+    """pod-resources names a pod by namespace and name only; the runtime's containers give its UID
+    (what a slice's owner names), "" while the runtime does not know the pod."""
+
+    class Allocating(Kubelet):
+        async def list(self):
+            return [PodDevices("web-0", "prod", "main", "nvidia.com/gpu", ("GPU-a",)),
+                    PodDevices("new-0", "prod", "main", "nvidia.com/gpu", ("GPU-b",))]
+
+    runtime = Runtime([container("a", "web-0", "uid-web", "running")], [sandbox("1", "web-0", "uid-web", True)])
+    attributor = Attributor(NodeState(), kubelet=Allocating(), cri=runtime, proc=ProcessReader(str(tmp_path)),  # type: ignore[arg-type]
+                            clock=Clock(), cache_seconds=0)
+    attribution = await attributor.attribute(SNAPSHOT)
+    assert {a.owner.pod: a.owner.pod_uid for a in attribution.allocations} == {"web-0": "uid-web", "new-0": ""}
