@@ -96,6 +96,8 @@ class Finding:
                              f"got {self.gpu_index!r} and {self.uuid!r}")
         if self.uuid == "":
             raise ValueError(f"finding {self.fault}: an empty uuid (a node-level finding has uuid None)")
+        if self.hold not in ("", UNREAD, SEEN_AGAIN):
+            raise ValueError(f"finding {self.fault}: hold {self.hold!r}; allowed: '', {UNREAD}, {SEEN_AGAIN}")
 
     @property
     def node_level(self) -> bool:

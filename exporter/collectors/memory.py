@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
 
 from prometheus_client.core import Metric
 
 from runtimekit.exporter.collectors._common import CardCollector, add, gauge, gpu_labels, live_gpus, nonempty
 from runtimekit.exporter.family import Family
-from runtimekit.gpu.types import Reading, is_available
 from runtimekit.state import NodeView
-
-T = TypeVar("T")
-
-
-def _prefer(sampled: Reading[T] | None, fallback: Reading[T]) -> Reading[T]:
-    """This cycle's reading, or ``fallback`` (the value read at discovery) when this cycle could not read it."""
-    return sampled if sampled is not None and is_available(sampled) else fallback
 
 
 class MemoryCollector(CardCollector):
@@ -34,7 +25,7 @@ class MemoryCollector(CardCollector):
             m = gpu.memory
             # Totals fall back to the value read at discovery when this cycle could not read them.
             add(total, labels, gpu.memory_total_bytes)
-            add(bar1_total, labels, _prefer(m.bar1_total_bytes if m else None, gpu.limits.bar1_total_bytes))
+            add(bar1_total, labels, gpu.bar1_total_bytes)
             if m is None:
                 continue
             add(used, labels, m.used_bytes)

@@ -137,8 +137,8 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
         readable = listing_ok and not mig and used is not None and len(held) == len(gpu.processes)
         # Memory no process accounts for: all of it with no process, else used minus the processes' sum.
         unaccounted = used - sum(held) if readable and used is not None else 0
-        run = extend_run(old_orphan.get(uuid), unaccounted >= config["orphan_used_bytes"] if readable else None,
-                         now, fresh)
+        run = None if mig else extend_run(old_orphan.get(uuid),
+                                          unaccounted >= config["orphan_used_bytes"] if readable else None, now, fresh)
         if run:
             orphan[uuid] = run
             if judge and readable and used is not None and held_for(run, now, config["orphan_seconds"]):  # judged on a readable sample
@@ -151,14 +151,13 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 ))
         if not mig and not readable:
             findings.extend(unjudged(gpu, ("memory_orphaned",), "memory used or the processes' memory unreadable"))
-        elif run:
+        elif run and readable:
             findings.extend(seen_again(gpu, ("memory_orphaned",), "memory no process accounts for, seen again"))
 
         busy = value_of(gpu.utilization.gpu) if gpu.utilization is not None else None
         readable = listing_ok and not mig and busy is not None
-        run = extend_run(old_ghost.get(uuid),
-                         (idle_list and busy >= config["ghost_utilization"]) if busy is not None and readable else None,
-                         now, fresh)
+        run = None if mig else extend_run(old_ghost.get(uuid), (idle_list and busy >= config["ghost_utilization"])
+                                          if busy is not None and readable else None, now, fresh)
         if run:
             ghost[uuid] = run
             if judge and readable and busy is not None and held_for(run, now, config["ghost_seconds"]):
@@ -169,7 +168,7 @@ def memory_leak(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
                 ))
         if not mig and not readable:
             findings.extend(unjudged(gpu, ("gpu_ghost_busy",), "utilization or the process listing unreadable"))
-        elif run:
+        elif run and readable:
             findings.extend(seen_again(gpu, ("gpu_ghost_busy",), "busy with no process, seen again"))
         if not listing_ok:
             findings.extend(unjudged(gpu, ("process_memory_growth",), "process listing failed"))

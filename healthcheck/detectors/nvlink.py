@@ -5,9 +5,9 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 - ``nvlink_down`` (critical, drain_and_reset_gpu, clean_samples): fewer active links than expected
   (``expected_active_links``, or the GPU's own ``limits.nvlink_count``), counting a link whose
   state is unreadable as up. Skipped while MIG mode is on: NVML reports those links down falsely
-  (DCGM treats them as disabled). Skipped when the GPU has no links; when its links could not be
-  read, or the unreadable ones would make up the count, it is neither raised nor cleared
-  (``unjudged``).
+  (DCGM treats them as disabled). Skipped when no link is expected (``expected`` 0 or unknown);
+  when the links could not be read, or the unreadable ones would make up the count, it is neither
+  raised nor cleared (``unjudged``).
 - ``nvlink_recovery_errors`` (critical, drain_and_reset_gpu, gpu_reset): the recovery counter
   grew by at least ``recovery_increase`` since the previous sample — the link went down and
   retrained (DCGM: any increase fails).
@@ -22,14 +22,15 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
 
 Counters come from the previous snapshot of the same GPU (by UUID). A counter that went down was
 reset (GPU reset, driver reload): that link is skipped for the sample, never a negative rate.
-Unavailable counters are skipped link by link; while any is unavailable the rate is a lower bound,
-so the rate faults are not cleared (``unjudged``). Stateless: the previous snapshot is the memory.
+Unavailable counters are skipped link by link; while any failed with a real error the rate is a
+lower bound, so the rate faults are not cleared (``unjudged``). Stateless: the previous snapshot is the memory.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from runtimekit.gpu.types import failed
 from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 
@@ -62,9 +63,10 @@ def _events(parts: dict[str, list[tuple[int, int, int]]]) -> int:
 
 def _unmeasured(gpu: Any, old: Any) -> str:
     """Why the error rate of ``gpu`` is not measured in full this sample ("" when it is): a link
-    whose error counters are unreadable now or in the previous sample."""
+    whose error counters failed with a real NVML error now or in the previous sample (a counter the
+    device does not support is a fact, and never counted)."""
     links = sorted({link.link for sample in (gpu, old) if sample is not None for link in sample.nvlinks
-                    if not available(link.crc_flit_errors, link.crc_data_errors, link.replay_errors)})
+                    if failed(link.crc_flit_errors) or failed(link.crc_data_errors) or failed(link.replay_errors)})
     return f"NVLink error counters of links {', '.join(map(str, links))} unreadable" if links else ""
 
 

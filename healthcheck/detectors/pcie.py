@@ -31,7 +31,7 @@ fault raised before: an unreadable one, or an idle one below the maximum, leaves
 
 State (JSON-friendly): ``at`` (the last sample counted), ``width`` and ``generation``
 {uuid: [first seen, readings]}, ``replays`` {uuid: [[time, count], ...]}: the counts of the
-window and the last one before it, about ``REPLAY_POINTS`` (a new count closer than
+window and the last one before it, at most about twice ``REPLAY_POINTS`` (a new count closer than
 window / REPLAY_POINTS to the one before it replaces the newest), so the state is bounded at any
 sampling rate.
 """
@@ -144,12 +144,13 @@ def _replay_counts(before: list[Any], gpu: GpuSnapshot, config: Mapping[str, Any
 
 def _replay_rate(gpu: GpuSnapshot, points: list[list[float]], config: Mapping[str, Any]) -> list[Finding]:
     """``pcie_replay_rate`` when the counts span the window at or above the rate; an ``unjudged``
-    mark while they do not span it yet, or the counter is unreadable now."""
+    mark while they do not span it yet, span more than twice it (a gap in the counts: the counter
+    unreadable or NVML down for a while would dilute a rate), or the counter is unreadable now."""
     window, limit = config["replay_window_seconds"], config["replays_per_minute"]
     count = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
     span = points[-1][0] - points[0][0] if points else 0.0
-    if count is None or span < window:
-        why = "PCIe replay counter unreadable" if count is None else f"PCIe replays counted over {span:.0f} s of {window:g}"
+    if count is None or not window <= span <= 2 * window:
+        why = "PCIe replay counter unreadable" if count is None else f"PCIe replays counted over {span:.0f} s, judged over {window:g}"
         return unjudged(gpu, ("pcie_replay_rate",), why)
     replays = points[-1][1] - points[0][1]
     rate = replays * 60.0 / span

@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import Any
 
 from runtimekit.gpu.convert import map_reading, nvml_text
-from runtimekit.gpu.nvml import REAL_ERRORS, NvmlSession
-from runtimekit.gpu.types import GpuIdentity, MigDevice, Reading, Unavailable, is_available
+from runtimekit.gpu.nvml import NvmlSession
+from runtimekit.gpu.types import GpuIdentity, MigDevice, Reading, Unavailable, failed, is_available
 from runtimekit.state.refs import GpuRef, MigRef, PciAddress
 
 MigReading = tuple[tuple[MigDevice, ...], Unavailable | None]  # the devices, and a real error met reading them
@@ -118,7 +118,7 @@ class MigDeviceReader:
         if key not in self._profiles:
             info = self.session.call("nvmlDeviceGetGpuInstanceProfileInfoByIdV", handle, profile_id)
             if not is_available(info):
-                return info  # read again at the next identification (the device is not kept)
+                return info  # read again at the next identification (a device it failed for is not kept)
             self._profiles[key] = info
         return self._profiles[key]
 
@@ -126,12 +126,12 @@ class MigDeviceReader:
 def _identified(device: MigDevice) -> bool:
     """False when a field read once per MIG UUID failed with a real error: not kept, read again."""
     kept = (device.profile, device.profile_id, device.placement_start, device.compute_slices, device.multiprocessors)
-    return not any(isinstance(value, Unavailable) and value.reason in REAL_ERRORS for value in kept)
+    return not any(failed(value) for value in kept)
 
 
 def _real(value: Unavailable) -> Unavailable | None:
     """``value`` when it is a real error (not "not supported" nor a missing function), else None."""
-    return value if value.reason in REAL_ERRORS else None
+    return value if failed(value) else None
 
 
 def _pci(bus_id: Reading[str]) -> PciAddress | None:

@@ -82,7 +82,6 @@ def _error_names() -> dict[int, str]:
 #: What says that NVML, or the GPU a call named, cannot be used now: the call was not refused,
 #: the driver or the card is gone (callers wait and retry rather than fail).
 NVML_DOWN = (NvmlInitError, GpuLostError)
-REAL_ERRORS = ("error", "no_permission")  # "not supported" and "function not found" are facts, not errors
 
 
 class NvmlSession:

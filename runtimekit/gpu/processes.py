@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtimekit.gpu.nvml import NOT_AVAILABLE_U64, REAL_ERRORS, NvmlSession, Variant
-from runtimekit.gpu.types import NOT_SUPPORTED, GpuProcess, Unavailable, is_available
+from runtimekit.gpu.nvml import NOT_AVAILABLE_U64, NvmlSession, Variant
+from runtimekit.gpu.types import NOT_SUPPORTED, GpuProcess, Unavailable, failed, is_available
 
 COMPUTE_PROCESSES = (
     Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
@@ -68,7 +68,7 @@ def read_processes(
     for kind, variants in (("compute", COMPUTE_PROCESSES), ("graphics", GRAPHICS_PROCESSES)):
         found = session.call_versioned(f"nvmlDeviceGet{kind.title()}RunningProcesses", variants, handle)
         if not is_available(found):
-            if found.reason in REAL_ERRORS:
+            if failed(found):
                 failure = found
             continue
         for pid, memory, gi, ci in found:

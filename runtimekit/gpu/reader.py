@@ -23,7 +23,6 @@ from runtimekit.gpu.convert import map_reading as _map
 from runtimekit.gpu.convert import nvml_text as _text
 from runtimekit.gpu.errors import LinkErrorCounts, read_ecc, read_nvlinks, read_remapped_rows, read_retired_pages
 from runtimekit.gpu.mig_devices import MigDeviceReader
-from runtimekit.gpu.nvml import REAL_ERRORS as _REAL_ERRORS
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
 from runtimekit.gpu.processes import read_processes
 from runtimekit.gpu.types import (
@@ -43,6 +42,7 @@ from runtimekit.gpu.types import (
     Thermal,
     Unavailable,
     Utilization,
+    failed,
     is_available,
 )
 
@@ -362,19 +362,14 @@ def _complete(record: GpuIdentity | GpuLimits) -> bool:
     """False when a discovery read failed with a real error: it is then read again next cycle."""
     if isinstance(record, GpuIdentity) and not is_available(record.uuid):
         return False
-    return not any(_failed(getattr(record, name)) for name in record.__slots__)
-
-
-def _failed(value: object) -> bool:
-    """True for a reading that failed with a real error (not a fact such as 'not supported')."""
-    return isinstance(value, Unavailable) and value.reason in _REAL_ERRORS
+    return not any(failed(getattr(record, name)) for name in record.__slots__)
 
 
 def _keep_good(known: _Record, fresh: _Record) -> _Record:
     """``fresh``, except that a field which failed in it keeps its value from ``known`` where that
     one did not fail: a GPU that starts failing keeps what was read while it answered."""
     kept = {name: getattr(known, name) for name in known.__slots__
-            if _failed(getattr(fresh, name)) and not _failed(getattr(known, name))}
+            if failed(getattr(fresh, name)) and not failed(getattr(known, name))}
     return replace(fresh, **kept) if kept else fresh
 
 
@@ -418,9 +413,9 @@ def _errors(snapshot: GpuSnapshot, *listings: tuple[str, Unavailable | None]) ->
             continue
         for name in group.__slots__:
             value = getattr(group, name)
-            if isinstance(value, Unavailable) and value.reason in _REAL_ERRORS:
+            if failed(value):
                 found.append((f"{group_name}.{name}", value.detail or value.reason))
     for name, failure in listings:
-        if failure is not None and failure.reason in _REAL_ERRORS:
+        if failure is not None and failed(failure):
             found.append((name, failure.detail or failure.reason))
     return tuple(found)

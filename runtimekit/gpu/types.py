@@ -35,6 +35,21 @@ class Unavailable:
 
 
 NOT_SUPPORTED = Unavailable("not_supported")
+#: The reasons that are real errors: "not supported" and "function not found" are facts about the
+#: device or the driver, not failures ("gpu_lost" is the lost-card path's own).
+REAL_ERRORS = ("error", "no_permission")
+
+
+def prefer(sampled: Reading[T] | None, fallback: Reading[T]) -> Reading[T]:
+    """This cycle's reading, or ``fallback`` (the value read at discovery) when this cycle could
+    not read it (Unavailable) or has no such reading (None)."""
+    return sampled if sampled is not None and is_available(sampled) else fallback
+
+
+def failed(value: object) -> bool:
+    """True for a reading that failed with a real NVML error (``REAL_ERRORS``), not a fact such as
+    "not supported"."""
+    return isinstance(value, Unavailable) and value.reason in REAL_ERRORS
 
 #: The architectures ``GpuIdentity.architecture`` names (NVML nvmlDeviceGetArchitecture,
 #: NVML_DEVICE_ARCH_*, in lower case: ``runtimekit.gpu.reader.ARCHITECTURES``); a value NVML adds
@@ -289,8 +304,12 @@ class GpuSnapshot:
     def memory_total_bytes(self) -> Reading[int]:
         """The framebuffer's size in bytes: this cycle's nvmlDeviceGetMemoryInfo_v2 total, or the
         size read at discovery (``GpuLimits.memory_total_bytes``) when this cycle could not read it."""
-        total = self.memory.total_bytes if self.memory is not None else None
-        return total if total is not None and is_available(total) else self.limits.memory_total_bytes
+        return prefer(self.memory.total_bytes if self.memory is not None else None, self.limits.memory_total_bytes)
+
+    @property
+    def bar1_total_bytes(self) -> Reading[int]:
+        """The BAR1 aperture's size in bytes, this cycle's or, when it could not read it, discovery's."""
+        return prefer(self.memory.bar1_total_bytes if self.memory is not None else None, self.limits.bar1_total_bytes)
 
     def mig_device(self, gpu_instance_id: Reading[int], compute_instance_id: Reading[int]) -> MigDevice | None:
         """The MIG device of these instance ids (a process's, an XID's), None when there is none."""

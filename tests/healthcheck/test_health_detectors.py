@@ -723,8 +723,11 @@ def test_crc_counter_reset_and_unavailable_are_skipped() -> None:
     before = node(links(make_gpu(0), crc_flit_errors=10_000, crc_data_errors=NA))
     after = node(links(make_gpu(0, at=T0 + 10), crc_flit_errors=5, crc_data_errors=9_999), at=T0 + 10)
     found = single(nvlink, after, before)
+    assert raised(found) == [] and marked(found) == set()  # not supported: a fact, the rate is what is measured
+    failing = node(links(make_gpu(0), crc_flit_errors=10_000, crc_data_errors=ERR))
+    found = single(nvlink, after, failing)
     assert raised(found) == []
-    # data counters unreadable before: the rate is a lower bound, so neither rate fault may clear
+    # data counters failing before: the rate is a lower bound, so neither rate fault may clear
     assert marked(found) == {(0, "nvlink_errors"), (0, "nvlink_error_storm")}
     same_time = node(links(make_gpu(0), crc_flit_errors=10**6))
     assert single(nvlink, same_time, node(make_gpu(0))) == []  # no elapsed time: no rate

@@ -48,3 +48,13 @@ def test_the_rate_clears_once_the_window_is_quiet_and_an_unreadable_count_holds(
 def test_the_state_is_bounded_at_any_sampling_rate() -> None:
     state, _ = run_sequence(pcie, replays(range(3000), step=0.1))  # 300 s at 10 samples a second
     assert len(state["replays"][make_gpu(0).uuid]) <= REPLAY_POINTS + 3  # the window, the one before, the newest
+
+
+def test_a_gap_in_the_counts_is_not_judged_until_the_window_is_full_again() -> None:
+    """Replays counted before an hour without a readable counter would dilute today's burst."""
+    counts = [0, 0, 0, 0, 0, 0, 0, 0]
+    later = [60, 90, 120]  # a burst after the gap: 180/min
+    snapshots = replays(counts) + [make_snapshot(with_(make_gpu(0, at=T0 + 3600 + 10 * i), "pcie", replay_count=c),
+                                                 at=T0 + 3600 + 10 * i) for i, c in enumerate(later)]
+    _, per_sample = run_sequence(pcie, snapshots)
+    assert all((0, "pcie_replay_rate") in marked(found) and not raised(found) for found in per_sample[8:])

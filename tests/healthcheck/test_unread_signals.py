@@ -8,6 +8,7 @@ from health_factories import ERR, STEP, T0, make_gpu, make_input, make_snapshot,
 
 from runtimekit.gpu.types import NodeSnapshot
 from runtimekit.healthcheck.detectors import readable_gpus, run_detectors
+from runtimekit.healthcheck.detectors.memory_leak import memory_leak
 from runtimekit.healthcheck.machine import MachineInput, MachineState, step
 from runtimekit.healthcheck.types import (
     CLEARS_WHEN_CLEAN,
@@ -94,3 +95,19 @@ def test_a_power_brake_whose_reasons_become_unreadable_stays_held() -> None:
 def test_a_flapping_power_brake_never_clears() -> None:
     seen = verdicts([BRAKE, BRAKE, *[CLEAN, BRAKE] * 5])
     assert HEALTHY not in seen[1:]
+
+
+def test_a_gpu_reset_into_mig_mode_marks_no_orphan_or_ghost_it_cannot_judge() -> None:
+    """Orphaned memory and a ghost are not judged in MIG mode: their runs end there, and no mark
+    keeps a fault raised before from clearing."""
+    def gpu(at: float, mig: bool):
+        idle = with_(with_(make_gpu(0, at=at, processes=()), "memory", used_bytes=4 << 30), "utilization", gpu=1.0)
+        return with_(idle, "modes", mig_mode_current=mig)
+
+    snapshots = [make_snapshot(gpu(T0 + n * STEP, n >= 3), make_gpu(1, at=T0 + n * STEP), at=T0 + n * STEP) for n in range(6)]
+    state, previous = None, None
+    for n, snapshot in enumerate(snapshots):
+        state, found = memory_leak(state, make_input(snapshot, previous, now=snapshot.sampled_at))
+        previous = snapshot
+        ours = {f.fault for f in found if f.gpu_index == 0}
+        assert ours == ({"memory_orphaned", "gpu_ghost_busy"} if 0 < n < 3 else set() if n >= 3 else ours), n
