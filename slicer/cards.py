@@ -99,13 +99,14 @@ class ProfileCache:
 
 
 def gpu_refs(snapshot: NodeSnapshot | None) -> list[tuple[GpuRef, int]]:
-    """(GpuRef, memory MiB) of every GPU of the sample whose UUID and memory are known and that is
-    not lost (a card the sampler cannot read takes no slice)."""
+    """(GpuRef, memory MiB) of every GPU of the sample whose UUID and memory are known (this cycle's
+    total, else the one read at discovery) and that is not lost (a card the sampler cannot read
+    takes no slice)."""
     if snapshot is None:
         return []
     out = []
     for gpu in snapshot.gpus:
-        total = gpu.memory.total_bytes if gpu.memory is not None else None
+        total = gpu.memory_total_bytes
         if gpu.lost or not is_available(gpu.identity.uuid) or not isinstance(total, int):
             continue
         out.append((gpu_ref(gpu), total // MIB))
@@ -199,8 +200,13 @@ def held_by_pods(attribution: AttributionSnapshot | None, pod_uid: str) -> dict[
     down), when nothing can be seen."""
     if attribution is None:
         return {}
-    return {uuid: f"allocated to pod {owner.namespace}/{owner.pod} (container {owner.container or 'unknown'})"
-            for uuid, owner in attribution.held_whole().items() if not pod_uid or owner.pod_uid != pod_uid}
+    blocked: dict[str, str] = {}
+    for uuid, owners in attribution.held_whole().items():
+        others = [owner for owner in owners if not pod_uid or owner.pod_uid != pod_uid]
+        if others:
+            blocked[uuid] = "allocated to " + ", ".join(
+                f"pod {owner.namespace}/{owner.pod} (container {owner.container or 'unknown'})" for owner in others)
+    return blocked
 
 
 def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str, by: str = "the health checker") -> list[Card]:

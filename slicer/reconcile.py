@@ -37,7 +37,7 @@ from pathlib import Path
 
 from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.mig import MigOpError
-from runtimekit.gpu.nvml import NVML_DOWN
+from runtimekit.gpu.nvml import NVML_DOWN, GpuLostError
 from runtimekit.gpu.types import NodeSnapshot
 
 from . import cdi
@@ -149,7 +149,7 @@ def destroy_orphans(books: Books, cards: Mapping[int, Card], snapshot: NodeSnaps
             for ci in gi.compute_instances:
                 books.mig.destroy_compute_instance(gpu, gi.id, ci.id)
             books.mig.destroy_gpu_instance(gpu, gi.id)
-        except NVML_DOWN as error:
+        except GpuLostError as error:  # that card only (NVML itself down ends the pass: the caller logs it once)
             log.warning("GPU %d: orphan GPU instance %d not destroyed now: %s", gpu, gi.id, error)
             continue
         except MigOpError as error:

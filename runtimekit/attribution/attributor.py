@@ -53,11 +53,14 @@ UNKNOWN_RETRY_SECONDS = 1.0  # an unknown container id lists the runtime's conta
 
 @dataclass(frozen=True, slots=True)
 class _Runtime:
-    """What the CRI runtime answered in one refresh: its containers by id, and the UIDs of the
-    pods with a ready sandbox."""
+    """What the CRI runtime answered in one refresh: its containers by id, the UIDs of the pods
+    with a ready sandbox, and each pod's UID by (namespace, name) — its ready sandbox's, else a
+    stopped one's (a pod deleted and made again under its name has a new UID; the old pod's
+    stopped sandbox may still be listed)."""
 
     containers: dict[str, ContainerInfo]
     live_pods: frozenset[str]
+    uids: dict[tuple[str, str], str]
 
     @classmethod
     def of(cls, containers: list[ContainerInfo], sandboxes: list[SandboxInfo]) -> _Runtime:
@@ -65,7 +68,8 @@ class _Runtime:
         # it, because the pod finished for good (Succeeded, Failed) or is being deleted. A
         # crash-looping pod keeps its ready sandbox between restarts; a finished one keeps only a
         # stopped sandbox and its exited containers, listed until the pod object is deleted.
-        return cls({c.container_id: c for c in containers}, frozenset(s.pod_uid for s in sandboxes if s.ready))
+        uids = {(s.pod_namespace, s.pod_name): s.pod_uid for s in sorted(sandboxes, key=lambda s: s.ready)}  # ready last: kept
+        return cls({c.container_id: c for c in containers}, frozenset(s.pod_uid for s in sandboxes if s.ready), uids)
 
 
 @dataclass
@@ -264,9 +268,8 @@ class Attributor:
 
     def _allocation_rows(self) -> list[tuple[Owner, str, str]]:
         """(owner, resource, device id) per device the kubelet lists; the owner's pod UID from the
-        runtime's containers (pod-resources names pods by namespace and name only), "" unknown."""
-        runtime = self.cri.value
-        uids = {(c.pod_namespace, c.pod_name): c.pod_uid for c in runtime.containers.values()} if runtime else {}
+        runtime's sandboxes (pod-resources names pods by namespace and name only), "" while unknown."""
+        uids = self.cri.value.uids if self.cri.value is not None else {}
         rows: list[tuple[Owner, str, str]] = []
         for row in self.kubelet.value or []:
             owner = Owner(namespace=row.namespace, pod=row.pod_name, container=row.container_name,

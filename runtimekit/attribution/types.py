@@ -132,17 +132,17 @@ class AttributionSnapshot:
     pod_uids: frozenset[str] | None = None
     dropped_total: Mapping[tuple[int, Reading[str]], int] = field(default_factory=lambda: MappingProxyType({}))
 
-    def held_whole(self) -> dict[str, Owner]:
+    def held_whole(self) -> dict[str, tuple[Owner, ...]]:
         """The GPUs the kubelet allocated to a container whole or as a time-slicing replica
-        ("GPU-…::2"): by GPU UUID, the first owner. Not a MIG device (a MIG card stays the
-        slicer's to partition). Empty while the kubelet source is down (``kubelet_known``): what
-        it last said may be stale."""
-        held: dict[str, Owner] = {}
+        ("GPU-…::2"): by GPU UUID, every owner (replicas of one GPU go to several pods). Not a MIG
+        device (a MIG card stays the slicer's to partition). Empty while the kubelet source is
+        down (``kubelet_known``): what it last said may be stale."""
+        held: dict[str, tuple[Owner, ...]] = {}
         if not self.kubelet_known:
             return held
         for allocation in self.allocations:
             if allocation.mig is None and allocation.gpu_uuid is not None:
-                held.setdefault(allocation.gpu_uuid, allocation.owner)
+                held[allocation.gpu_uuid] = (*held.get(allocation.gpu_uuid, ()), allocation.owner)
         return held
 
     @property

@@ -70,8 +70,8 @@ def check_slice_id(value: str) -> str:
 class Owner:
     """Who a slice belongs to: a pod's container (``pod_uid`` + ``container``), or a free ``owner_id``
     for users' own tools. Exactly one of the two forms. A pod owner's slice is reclaimed once the
-    pod is gone from the node (none of its containers listed by the CRI runtime, after a grace
-    period); a free owner's when deleted."""
+    pod is gone from the node or finished (no ready sandbox listed by the CRI runtime, after a
+    grace period); a free owner's when deleted."""
 
     pod_uid: str = ""
     container: str = ""

@@ -111,7 +111,8 @@ async def test_a_starting_pod_is_live_before_its_first_container(tmp_path):
 
 
 async def test_a_deleted_pod_is_gone(tmp_path):
-    runtime = Runtime([container("a", "web-0", "uid-web", "running")], [sandbox("1", "web-0", "uid-web", True)])
+    runtime = Runtime([container("a", "web-0", "uid-web", "running"), container("b", "web-0", "uid-old", "exited")],
+                      [sandbox("1", "web-0", "uid-web", True), sandbox("2", "web-0", "uid-old", False)])  # made again
     clock = Clock()
     attributor = _attributor(runtime, tmp_path, clock, cri_refresh_seconds=1)
     assert (await attributor.attribute(SNAPSHOT)).pod_uids == frozenset({"uid-web"})

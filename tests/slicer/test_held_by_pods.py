@@ -61,3 +61,17 @@ async def test_the_pod_holding_a_card_may_share_it_with_its_own_slice(rig) -> No
     assert own.gpu.index == 2  # no promise to another pod is broken
     with pytest.raises(SliceError):
         await slicer.create(tdm(10, device="3", owner_id="", pod_uid=TRAINER_UID, container="main"))
+
+
+async def test_a_gpu_shared_by_replicas_is_held_by_every_pod_of_them(rig) -> None:
+    slicer, state, _ = rig
+    snapshot = state.view().snapshot
+    uuid = {gpu.index: gpu.uuid for gpu in snapshot.gpus}
+    rows = [(Owner("ml", "trainer-0", "main", TRAINER_UID), "nvidia.com/gpu.shared", f"{uuid[4]}::0"),
+            (Owner("ml", "infer-0", "server", "5e3f8a0c-8d1e-4a55-9d0b-2f6a1c7e9b31"), "nvidia.com/gpu.shared",
+             f"{uuid[4]}::1")]
+    state.publish_attribution(AttributionSnapshot(refreshed_at=0.0, allocations=resolve_allocations(rows, snapshot),
+                                                  sources={"kubelet": SourceStatus(up=True)}))
+    with pytest.raises(SliceError) as refused:  # the trainer holds a replica, but so does another pod
+        await slicer.create(tdm(10, device="4", owner_id="", pod_uid=TRAINER_UID, container="main"))
+    assert "GPU 4 is allocated to pod ml/infer-0 (container server)" in str(refused.value)
