@@ -51,8 +51,7 @@ class Sampler:
         while True:
             snapshot = await self._one_cycle(loop)
             self._report_transition(snapshot)
-            delay = self.interval_seconds if snapshot.nvml_up else self.nvml_retry_seconds
-            next_due = max(next_due + delay, loop.time())
+            next_due = max(next_due + self._stats.period_seconds, loop.time())
             await asyncio.sleep(next_due - loop.time())
 
     async def _one_cycle(self, loop: asyncio.AbstractEventLoop) -> NodeSnapshot:
@@ -72,6 +71,7 @@ class Sampler:
             last_duration_seconds=snapshot.duration_seconds,
             last_cpu_seconds=cpu_seconds,
             last_success_at=snapshot.sampled_at if snapshot.nvml_up else self._stats.last_success_at,
+            period_seconds=self.interval_seconds if snapshot.nvml_up else self.nvml_retry_seconds,
         )
         self.state.publish_snapshot(snapshot, self._stats)
         return snapshot

@@ -75,7 +75,7 @@ def build_app(config: Config, registrations: Sequence[Registration] = ()) -> web
     add_topology_routes(app, state)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
-    add_status_routes(app, state, app[DESCRIPTION], config.sampling)  # / and /api/v1/node
+    add_status_routes(app, state, app[DESCRIPTION])  # / and /api/v1/node
     return app
 
 

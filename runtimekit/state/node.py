@@ -55,6 +55,9 @@ class SamplerStats:
     last_duration_seconds: float = 0.0
     last_cpu_seconds: float = 0.0  # process CPU time spent by the last cycle (thread time)
     last_success_at: float | None = None  # unix time the last cycle that could use NVML started
+    # Seconds the sampler waits between cycles now: its interval, or the NVML retry interval while
+    # NVML is down (0 before the first cycle): how old a sample may be before it is late.
+    period_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

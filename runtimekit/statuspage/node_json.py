@@ -6,10 +6,11 @@ the document itself is always served, so a page can say what it is waiting for.
 
 **Freshness.** The agent's own clock dates every part, so ages are right whatever the reader's
 clock says: ``age_seconds`` is ``generated_at_unix`` (when the document was made) less the part's
-own time (``sampled_at_unix``, the start of the sampling cycle; ``refreshed_at_unix``, the end of the
-attribution pass), never below 0. A part is ``stale`` once its age passes ``stale_after_seconds``:
-``STALE_CYCLES`` sampling periods (``sample_interval_seconds``, or the NVML retry interval while
-NVML is down, plus the last cycle's duration), at least ``STALE_FLOOR_SECONDS``. A sampler stuck in
+own time (``sampled_at_unix``, the start of the sampling cycle; ``refreshed_at_unix``, the time
+the attribution pass was made for), never below 0. A part is ``stale`` once its age passes
+``stale_after_seconds``: ``STALE_CYCLES`` sampling periods (``sample_interval_seconds``: the period
+the sampler published, its interval or the NVML retry interval while NVML is down; null before
+the first cycle) plus the last cycle's duration, at least ``STALE_FLOOR_SECONDS``. A sampler stuck in
 the driver (a stuck cycle holds every later one) or dead leaves the last sample in place: its age
 says so. The attributor runs after each sample, so its age goes stale with the sample's, or alone
 when it is the one stuck.
@@ -38,7 +39,6 @@ import math
 from typing import Any
 
 from runtimekit.attribution.types import AttributionSnapshot
-from runtimekit.config import SamplingConfig
 from runtimekit.gpu.types import NodeSnapshot
 from runtimekit.state import NodeView
 from runtimekit.state.health import NodeHealth
@@ -52,11 +52,11 @@ STALE_CYCLES = 3
 STALE_FLOOR_SECONDS = 1.0
 
 
-def stale_after(view: NodeView, sampling: SamplingConfig) -> float:
-    """Seconds after which the sample (or the attribution) is stale, as the docstring above says."""
-    nvml_down = view.snapshot is not None and not view.snapshot.nvml_up
-    period = sampling.nvml_retry_seconds if nvml_down else sampling.interval_seconds
-    return max(STALE_CYCLES * (period + view.sampler.last_duration_seconds), STALE_FLOOR_SECONDS)
+def stale_after(view: NodeView) -> float:
+    """Seconds after which the sample (or the attribution) is stale, as the docstring above says:
+    from the period the sampler published (``SamplerStats.period_seconds``)."""
+    stats = view.sampler
+    return max(STALE_CYCLES * (stats.period_seconds + stats.last_duration_seconds), STALE_FLOOR_SECONDS)
 
 
 def freshness(at: float, now: float, limit: float) -> dict[str, Any]:
@@ -91,13 +91,10 @@ def render_attribution(attribution: AttributionSnapshot | None, now: float, limi
     return {"refreshed_at_unix": attribution.refreshed_at, **freshness(attribution.refreshed_at, now, limit)}
 
 
-def render_node(view: NodeView, *, node: str, version: str, now: float,
-                sampling: SamplingConfig | None = None) -> dict[str, Any]:
+def render_node(view: NodeView, *, node: str, version: str, now: float) -> dict[str, Any]:
     """The document above, for ``view``; ``node`` names the node ("simulated node dgx-h100"),
-    ``now`` is the unix time it is made at (the agent's clock, the one that dated the parts),
-    ``sampling`` the agent's sampling settings (None: their defaults)."""
-    sampling = sampling or SamplingConfig()
-    limit = stale_after(view, sampling)
+    ``now`` is the unix time it is made at (the agent's clock, the one that dated the parts)."""
+    limit = stale_after(view)
     ready, why = view.ready
     return json_safe({
         "agent": {
@@ -106,7 +103,7 @@ def render_node(view: NodeView, *, node: str, version: str, now: float,
             "ready": ready,
             "ready_detail": why,
             "generated_at_unix": now,
-            "sample_interval_seconds": sampling.interval_seconds,
+            "sample_interval_seconds": view.sampler.period_seconds or None,
             "stale_after_seconds": limit,
             "components": [{"name": c.name, "up": c.up, "required": c.required, "restarts": c.restarts_total,
                             "last_error": c.last_error} for c in view.components.values()],

@@ -18,7 +18,6 @@ from string import Template
 from aiohttp import web
 
 from runtimekit import __version__
-from runtimekit.config import SamplingConfig
 from runtimekit.state import NodeState
 from runtimekit.statuspage.node_json import NODE_PATH, render_node, summary
 
@@ -34,10 +33,9 @@ def _static(name: str) -> str:
     return files("runtimekit.statuspage").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def add_status_routes(app: web.Application, state: NodeState, node: str, sampling: SamplingConfig | None = None) -> None:
+def add_status_routes(app: web.Application, state: NodeState, node: str) -> None:
     """Serve the status page and ``GET /api/v1/node`` from ``state``; ``node`` names the node on the
-    page ("simulated node dgx-h100", "this node"); ``sampling`` is the agent's sampling settings,
-    which date the sample's staleness (None: their defaults)."""
+    page ("simulated node dgx-h100", "this node")."""
     page = Template(_static("index.html"))
     assets = {SCRIPT_PATH: (_static("status.js"), "text/javascript"), STYLE_PATH: (_static("status.css"), "text/css")}
     secure = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
@@ -53,7 +51,7 @@ def add_status_routes(app: web.Application, state: NodeState, node: str, samplin
         return web.Response(text=text, content_type=content_type, headers=secure)
 
     async def node_document(request: web.Request) -> web.Response:
-        document = render_node(state.view(), node=node, version=__version__, now=time.time(), sampling=sampling)
+        document = render_node(state.view(), node=node, version=__version__, now=time.time())
         return web.json_response(document, headers={"Cache-Control": "no-store"})
 
     app.router.add_get(PAGE_PATH, status_page)

@@ -126,7 +126,9 @@ def make_state(snapshot: NodeSnapshot | None = None, *, xids: dict | None = None
         for _ in range(count):
             state.record_xid(XidEvent(gpu_index=index, uuid=uuid, xid=code, received_at=SAMPLED_AT - 1))
     if snapshot is not None:
-        state.publish_snapshot(snapshot, SamplerStats(cycles_total=7, failures_total=1, last_duration_seconds=0.05, last_cpu_seconds=0.01))
+        # The period a sampler with the default configuration publishes: 1 s, 10 s between NVML retries.
+        state.publish_snapshot(snapshot, SamplerStats(cycles_total=7, failures_total=1, last_duration_seconds=0.05,
+                                                      last_cpu_seconds=0.01, period_seconds=1.0 if snapshot.nvml_up else 10.0))
     return state
 
 

@@ -5,6 +5,7 @@ when the sampler is stuck (the last sample stays in place, numbers frozen)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -20,17 +21,25 @@ from statuspage_factories import make_node
 
 from runtimekit.cli import main
 from runtimekit.cli_status import render
-from runtimekit.config import SamplingConfig
 from runtimekit.state import NodeState
 from runtimekit.statuspage import NODE_PATH, add_status_routes, render_node
 from runtimekit.statuspage.node_json import STALE_CYCLES, STALE_FLOOR_SECONDS
 
 CYCLE_SECONDS = 0.05  # the factories' sampler stats: the last cycle's duration
-DEFAULT_LIMIT = STALE_CYCLES * (SamplingConfig().interval_seconds + CYCLE_SECONDS)
+DEFAULT_LIMIT = STALE_CYCLES * (1.0 + CYCLE_SECONDS)  # the factories' sampler: every 1 s
 
 
-def document(state: NodeState | None = None, *, now: float, sampling: SamplingConfig | None = None) -> dict:
-    return render_node((state or make_node()).view(), node="test node", version="9.9.9", now=now, sampling=sampling)
+def sampled_every(seconds: float) -> NodeState:
+    """The factories' node, its sampler's published period ``seconds`` (its interval)."""
+    state = make_node()
+    view = state.view()
+    assert view.snapshot is not None
+    state.publish_snapshot(view.snapshot, dataclasses.replace(view.sampler, period_seconds=seconds))
+    return state
+
+
+def document(state: NodeState | None = None, *, now: float) -> dict:
+    return render_node((state or make_node()).view(), node="test node", version="9.9.9", now=now)
 
 
 def test_a_fresh_document_dates_each_part_by_the_agents_clock():
@@ -60,10 +69,10 @@ def test_an_attributor_stuck_alone_is_stale_alone():
 
 
 def test_the_limit_follows_the_agents_interval_and_nvml_retries():
-    fast = document(now=SAMPLED_AT + 1.2, sampling=SamplingConfig(interval_seconds=0.1))
+    fast = document(sampled_every(0.1), now=SAMPLED_AT + 1.2)
     assert fast["agent"]["sample_interval_seconds"] == 0.1
     assert fast["agent"]["stale_after_seconds"] == STALE_FLOOR_SECONDS and fast["sample"]["stale"] is True
-    slow = document(now=SAMPLED_AT + 20, sampling=SamplingConfig(interval_seconds=10))
+    slow = document(sampled_every(10), now=SAMPLED_AT + 20)
     assert slow["sample"]["stale"] is False
     # NVML down: the sampler tries again every nvml_retry_seconds (10 s), not every interval.
     down = make_state(make_snapshot((), nvml_up=False, nvml_error="NVML_ERROR_DRIVER_NOT_LOADED"))
@@ -85,7 +94,7 @@ def test_before_the_first_sample_nothing_is_dated():
 
 async def test_the_served_document_is_dated_now_by_the_agent_at_its_interval():
     app = web.Application()
-    add_status_routes(app, make_node(), "test node", SamplingConfig(interval_seconds=0.5))
+    add_status_routes(app, sampled_every(0.5), "test node")
     async with TestClient(TestServer(app, host="127.0.0.1")) as client:
         document_ = await (await client.get(NODE_PATH)).json()
     assert document_["agent"]["sample_interval_seconds"] == 0.5

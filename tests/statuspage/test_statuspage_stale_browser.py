@@ -20,12 +20,11 @@ from aiohttp import web
 from exporter_factories import make_attribution, make_gpu, make_snapshot, make_state
 from playwright.sync_api import expect
 
-from runtimekit.config import SamplingConfig
 from runtimekit.state import NodeState
 from runtimekit.statuspage import add_status_routes
 
-INTERVAL_SECONDS = 1.0
-STALE_AFTER_SECONDS = 3 * (INTERVAL_SECONDS + 0.05)  # STALE_CYCLES x (interval + the factories' 0.05 s cycle)
+INTERVAL_SECONDS = 1.0  # the factories' sampler's period
+STALE_AFTER_SECONDS = 3 * (INTERVAL_SECONDS + 0.05)  # STALE_CYCLES x (period + the factories' 0.05 s cycle)
 WAIT_MS = 10_000  # the page refreshes every 1.5 s
 
 
@@ -34,7 +33,7 @@ def served() -> Iterator[tuple[str, NodeState]]:
     """The status routes over ``NodeState()`` (nothing published yet) on a loopback port, in a thread."""
     state, loop = NodeState(), asyncio.new_event_loop()
     app = web.Application()
-    add_status_routes(app, state, "stale test node", SamplingConfig(interval_seconds=INTERVAL_SECONDS))
+    add_status_routes(app, state, "stale test node")
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
