@@ -3,6 +3,10 @@ lost), their attribution and health verdict, a TDM slice on GPU 0 and a two-GPU 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 
 from exporter_factories import (
@@ -55,3 +59,32 @@ def make_node(slice_utilization: float | None = 0.3) -> NodeState:
     state.publish_health(make_health(slices=(slice_health,)))
     state.publish_topology(make_topology())
     return state
+
+
+class _Json(BaseHTTPRequestHandler):
+    """Answers every GET with ``server.body`` as JSON."""
+
+    def do_GET(self) -> None:
+        body = self.server.body  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@contextmanager
+def serving_json(body: bytes) -> Iterator[str]:
+    """A local HTTP server answering every GET with ``body`` (JSON) — a stand-in agent for the
+    ``runtimekit status`` command; yields its address (host:port)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Json)
+    server.body = body  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from exporter_factories import SAMPLED_AT
-from statuspage_factories import SLICE_ID, make_node
+from statuspage_factories import SLICE_ID, make_node, serving_json
 
 from runtimekit.cli import main
 from runtimekit.cli_status import render
@@ -164,29 +164,9 @@ def test_something_that_is_not_an_agent_is_named(agent, capsys):
     assert "answered HTTP 404" in capsys.readouterr().err
 
 
-class OddDocument(BaseHTTPRequestHandler):
-    """Answers every GET with JSON that has a gpus list of the wrong shape (another program, or version)."""
-
-    def do_GET(self) -> None:
-        body = b'{"gpus": [{"no index": true}]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-
 def test_a_document_it_cannot_draw_is_one_line_not_a_traceback(capsys):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), OddDocument)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        assert main(["status", "--address", f"127.0.0.1:{server.server_port}"]) == 1
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_json(b'{"gpus": [{"no index": true}]}') as address:  # another program, or version
+        assert main(["status", "--address", address]) == 1
     err = capsys.readouterr().err
     assert "answered a document this command cannot draw (KeyError" in err and len(err.splitlines()) == 1
 

@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from exporter_factories import REFRESHED_AT, SAMPLED_AT, make_attribution, make_snapshot, make_state
-from statuspage_factories import make_node
+from statuspage_factories import make_node, serving_json
 
 from runtimekit.cli import main
 from runtimekit.cli_status import render
@@ -128,35 +124,8 @@ def test_ages_are_written_for_people(age, shown):
     assert f"sample {shown} old" in render(document(now=SAMPLED_AT + age)).splitlines()[0]
 
 
-class Documents(BaseHTTPRequestHandler):
-    """Serves ``server.document`` (a node document) on every GET."""
-
-    def do_GET(self) -> None:
-        body = json.dumps(self.server.document).encode()  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-
-@contextmanager
-def serving(document_: dict) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Documents)
-    server.document = document_  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_one_shot_and_watch_say_a_stuck_sampler_is_stale(capsys):
-    with serving(document(now=SAMPLED_AT + 600)) as address:  # no sample for ten minutes
+    with serving_json(json.dumps(document(now=SAMPLED_AT + 600)).encode()) as address:  # no sample for ten minutes
         assert main(["status", "--address", address]) == 0  # stale is said, not an error
         one_shot = capsys.readouterr().out
         assert main(["status", "--address", address, "--watch", "--interval", "0.1", "--iterations", "2"]) == 0
