@@ -9,10 +9,12 @@ GPUs and NICs share so that a claim can ``matchAttribute`` them.
 
 - **Withdrawn GPUs.** None of a GPU's devices is published while it is lost, while the health
   checker's verdict says it is not schedulable (no verdict yet counts as fine, as the device
-  plugin does), while a mode change waits for a reset, while the agent's slicer (enabled) has not
-  reported its mode yet (the agent is starting: publishing it as a slicer-less whole GPU would
-  offer it whole, then as shares), when it has no UUID, or when slices made outside DRA leave it
-  nothing to give. It comes back as soon as that ends.
+  plugin does), while the kubelet has allocated it to a pod whole or as a time-slicing replica
+  (``held_by_pods``: a device-plugin pod's; the agent refuses a share of it), while a mode change
+  waits for a reset, while the agent's slicer (enabled) has not reported its mode yet (the agent
+  is starting: publishing it as a slicer-less whole GPU would offer it whole, then as shares),
+  when it has no UUID, or when slices made outside DRA leave it nothing to give. It comes back as
+  soon as that ends.
 - **A GPU in "tdm" mode** (or "" when the agent's slicer is off) is one device ``gpu-<index>``:
   ``type: gpu``, ``mode``, ``uuid``, ``index``, ``productName``, ``architecture``, ``driverVersion``
   (semver), ``pciBusID``, ``pcieRoot``, ``numaNode``, ``cpuSocket``, ``nvlinkDomain`` (each omitted
@@ -164,6 +166,9 @@ def _gpu_problem(device: node_pb2.Device, slicer_enabled: bool) -> str:
             verdict.state == node_pb2.HEALTH_STATE_UNHEALTHY or not verdict.schedulable):
         faults = ", ".join(fault.fault for fault in verdict.faults) or "no fault named"
         return f"the health checker: {node_pb2.HealthState.Name(verdict.state)}, not schedulable ({faults})"
+    if device.held_by_pods:  # a device-plugin pod's whole GPU or replica: the slicer refuses a share of it
+        pods = "pods" if len(device.held_by_pods) > 1 else "pod"
+        return f"the kubelet allocated it to {pods} {', '.join(device.held_by_pods)}"
     if device.mode not in ("tdm", "mig", ""):
         return f"mode {device.mode!r} is none the driver publishes"
     if slicer_enabled and not device.mode:  # the agent is starting: its slicer has not read the GPU yet

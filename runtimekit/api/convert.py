@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from google.protobuf.timestamp_pb2 import Timestamp  # type: ignore[import-untyped]
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
+from runtimekit.attribution.types import AttributionSnapshot
 from runtimekit.gpu.refs import gpu_ref
 from runtimekit.gpu.types import ARCHITECTURE_NAMES, GpuSnapshot, MigDevice, NodeSnapshot, is_available
 from runtimekit.state import NodeView
@@ -188,13 +189,23 @@ def profile_message(profile: MigProfile) -> slice_pb2.PartitionProfile:
     )
 
 
+def pods_holding(attribution: AttributionSnapshot | None) -> dict[str, list[str]]:
+    """The pods the kubelet allocated each GPU to whole or as a time-slicing replica
+    (``AttributionSnapshot.held_whole``), "namespace/name" sorted and each once, by GPU UUID; {}
+    while unknown (no attribution, or its kubelet source down)."""
+    held = attribution.held_whole() if attribution is not None else {}
+    return {uuid: sorted({f"{owner.namespace}/{owner.pod}" for owner in owners}) for uuid, owners in held.items()}
+
+
 def device_message(
-    ref: GpuRef, gpu: GpuSnapshot | None, info: DeviceModeInfo | None, health: GpuHealth | None
+    ref: GpuRef, gpu: GpuSnapshot | None, info: DeviceModeInfo | None, health: GpuHealth | None,
+    held_by: Iterable[str] = (),
 ) -> node_pb2.Device:
     """One device: its sample (``gpu``, None if not sampled), its slicing (``info``, None when the
-    slicer is disabled: no partition profiles then) and its health (None before a verdict).
+    slicer is disabled: no partition profiles then), its health (None before a verdict) and the
+    pods the kubelet allocated it to (``held_by``: ``pods_holding``'s entry for it).
     ``architecture`` is the sample's when it is one of ``ARCHITECTURE_NAMES``, else ""."""
-    message = node_pb2.Device(ref=device_ref(ref))
+    message = node_pb2.Device(ref=device_ref(ref), held_by_pods=held_by)
     if gpu is not None:
         message.lost = gpu.lost
         if is_available(gpu.identity.name):
@@ -226,14 +237,17 @@ def device_message(
 
 
 def node_message(view: NodeView, slicer_enabled: bool) -> node_pb2.Node:
-    """The node from one view: sampled devices by index, their slicing and health, the verdict."""
+    """The node from one view: sampled devices by index, their slicing, health and the pods holding
+    them, the verdict."""
     snapshot = view.snapshot
     gpus = {gpu.index: gpu for gpu in snapshot.gpus} if snapshot is not None else {}
     refs = gpu_refs(snapshot)
     health = {gpu.index: gpu for gpu in view.health.gpus} if view.health is not None else {}
+    held = pods_holding(view.attribution)
     node = node_pb2.Node(slicer_enabled=slicer_enabled, health=node_health(view.health, refs))
     for index in sorted(gpus):
-        node.devices.append(device_message(refs[index], gpus[index], view.slices.devices.get(index), health.get(index)))
+        node.devices.append(device_message(refs[index], gpus[index], view.slices.devices.get(index), health.get(index),
+                                           held.get(refs[index].uuid, ())))
     if snapshot is not None:
         node.sampled_at.CopyFrom(timestamp(snapshot.sampled_at))
         if snapshot.driver is not None and is_available(snapshot.driver.driver_version):
@@ -242,9 +256,9 @@ def node_message(view: NodeView, slicer_enabled: bool) -> node_pb2.Node:
 
 
 def mode_device(view: NodeView, info: DeviceModeInfo) -> node_pb2.Device:
-    """The device SetDeviceMode changed: ``info`` (the slicer's answer) with the device's sample
-    and health from ``view``."""
+    """The device SetDeviceMode changed: ``info`` (the slicer's answer) with the device's sample,
+    health and the pods holding it from ``view``."""
     index = info.gpu.index
     gpu = next((gpu for gpu in view.snapshot.gpus if gpu.index == index), None) if view.snapshot is not None else None
     health = next((h for h in view.health.gpus if h.index == index), None) if view.health is not None else None
-    return device_message(info.gpu, gpu, info, health)
+    return device_message(info.gpu, gpu, info, health, pods_holding(view.attribution).get(info.gpu.uuid, ()))

@@ -2,10 +2,10 @@
 against the fake resource.k8s.io/v1 API server (tests/kube_fake_resource.py: a real API server
 cannot run here; the fake validates every slice as the server of its release does and refuses
 stale writes), with a hand-built agent answer (publish_nodes.AgentView): slices that validate,
-withdrawal of an unhealthy GPU with a higher pool generation and its return, a restart, the
-layouts of 1.34 and 1.35 and a control plane upgraded from one to the other, a Node made again,
-a cluster without consumable capacity, and a publisher that rides out an API server outage and
-agent errors."""
+withdrawal of an unhealthy GPU (and of one a device-plugin pod holds) with a higher pool
+generation and its return, a restart, the layouts of 1.34 and 1.35 and a control plane upgraded
+from one to the other, a Node made again, a cluster without consumable capacity, and a publisher
+that rides out an API server outage and agent errors."""
 
 from __future__ import annotations
 
@@ -252,3 +252,29 @@ async def test_wake_publishes_before_the_interval_ends(tmp_path):
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_gpu_a_device_plugin_pod_holds_is_withdrawn_logged_once_and_comes_back(tmp_path, caplog):
+    api = FakeResourceApi()
+    view = make_view()
+    caplog.set_level(logging.INFO, logger=publisher_module.__name__)
+    async with cluster(tmp_path, api) as publisher:
+        slices = publisher(view)
+        await slices.publish()
+        view.node.devices[0].held_by_pods.append("ml/trainer-0")  # GetNode: the kubelet gave it to that pod
+        view.node.devices[2].held_by_pods.append("ml/infer-0")  # a MIG-mode GPU: every placement goes
+        await slices.publish()
+        await slices.publish()
+        assert not any(d == "gpu-0" or d.startswith("gpu-2-") for d in devices(api)) and "gpu-1" in devices(api)
+        assert generations(api) == {2}
+        del view.node.devices[0].held_by_pods[:]  # the pod is gone
+        del view.node.devices[2].held_by_pods[:]
+        await slices.publish()
+        assert {"gpu-0", "gpu-1", "gpu-2-mig-7g40gb-0-0"} <= devices(api)
+        assert generations(api) == {3}
+        assert pool_problems(api.pool(DRIVER, NODE)) == [] and api.rejected == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if "withdrawn" in m] == [
+        "GPU 0 withdrawn from the ResourceSlices: the kubelet allocated it to pod ml/trainer-0",
+        "GPU 2 withdrawn from the ResourceSlices: the kubelet allocated it to pod ml/infer-0"]
+    assert "GPU 0 published again" in messages and "GPU 2 published again" in messages

@@ -135,6 +135,20 @@ def test_a_gpu_that_may_not_take_work_is_withdrawn_with_all_its_devices(change, 
     assert reason in found.withdrawn[0] and reason in found.withdrawn[1]
 
 
+def test_a_gpu_the_kubelet_gave_a_pod_is_withdrawn_until_the_pod_is_gone():
+    gpus = [tdm_gpu(0), mig_gpu(1), tdm_gpu(2)]
+    gpus[0].held_by_pods.extend(["batch/eval-3", "ml/infer-0"])  # time-slicing replicas of it
+    gpus[1].held_by_pods.append("ml/trainer-0")  # whole
+    found = inventory(node(*gpus), topology([0, 1, 2]), [])
+    assert [g.index for g in found.gpus] == [2]
+    assert found.withdrawn == {0: "the kubelet allocated it to pods batch/eval-3, ml/infer-0",
+                               1: "the kubelet allocated it to pod ml/trainer-0"}
+    for gpu in gpus:
+        gpu.ClearField("held_by_pods")
+    again = inventory(node(*gpus), topology([0, 1, 2]), [])
+    assert [g.index for g in again.gpus] == [0, 1, 2] and again.withdrawn == {}
+
+
 @pytest.mark.parametrize("verdict", [
     None, health(node_pb2.HEALTH_STATE_UNSPECIFIED, False), health(node_pb2.HEALTH_STATE_SUSPECT, True, "ecc"),
     health(node_pb2.HEALTH_STATE_RECOVERING, True)], ids=["no-verdict", "unspecified", "suspect", "recovering"])

@@ -99,7 +99,7 @@ class Capacity(_message.Message):
     def __init__(self, compute_percent_total: _Optional[int] = ..., compute_percent_free: _Optional[int] = ..., memory_bytes_total: _Optional[int] = ..., memory_bytes_usable: _Optional[int] = ..., memory_bytes_free: _Optional[int] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health", "partitions", "partition_profiles", "partition_memory_slices", "partition_compute_slices", "architecture")
+    __slots__ = ("ref", "model", "memory_bytes", "lost", "mode", "pending_mode", "partition_capable", "capacity", "slice_ids", "health", "partitions", "partition_profiles", "partition_memory_slices", "partition_compute_slices", "architecture", "held_by_pods")
     REF_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class Device(_message.Message):
     PARTITION_MEMORY_SLICES_FIELD_NUMBER: _ClassVar[int]
     PARTITION_COMPUTE_SLICES_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_PODS_FIELD_NUMBER: _ClassVar[int]
     ref: _slice_pb2.DeviceRef
     model: str
     memory_bytes: int
@@ -130,7 +131,8 @@ class Device(_message.Message):
     partition_memory_slices: int
     partition_compute_slices: int
     architecture: str
-    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[_slice_pb2.Partition, _Mapping]]] = ..., partition_profiles: _Optional[_Iterable[_Union[_slice_pb2.PartitionProfile, _Mapping]]] = ..., partition_memory_slices: _Optional[int] = ..., partition_compute_slices: _Optional[int] = ..., architecture: _Optional[str] = ...) -> None: ...
+    held_by_pods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ref: _Optional[_Union[_slice_pb2.DeviceRef, _Mapping]] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., lost: _Optional[bool] = ..., mode: _Optional[str] = ..., pending_mode: _Optional[str] = ..., partition_capable: _Optional[bool] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., slice_ids: _Optional[_Iterable[str]] = ..., health: _Optional[_Union[DeviceHealth, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[_slice_pb2.Partition, _Mapping]]] = ..., partition_profiles: _Optional[_Iterable[_Union[_slice_pb2.PartitionProfile, _Mapping]]] = ..., partition_memory_slices: _Optional[int] = ..., partition_compute_slices: _Optional[int] = ..., architecture: _Optional[str] = ..., held_by_pods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NodeHealth(_message.Message):
     __slots__ = ("state", "action", "evaluated_at", "faults", "devices", "slices")
