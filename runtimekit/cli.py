@@ -53,11 +53,12 @@ def _sim_parser(commands: argparse._SubParsersAction) -> None:
     add_instance_arguments(inject, "the XID is raised in (--fault xid only)")
     inject.set_defaults(handler=_run_inject)
 
-    pod = sim_commands.add_parser("pod", help="list, add or delete simulated pods on a running agent")
-    pod.add_argument("action", choices=("list", "add", "delete"))
+    pod = sim_commands.add_parser("pod", help="list, add, finish (a Job done) or delete simulated pods on a running agent")
+    pod.add_argument("action", choices=("list", "add", "finish", "delete"))
     pod.add_argument("--agent", required=True, metavar="URL")
     pod.add_argument("--namespace", default="default")
-    pod.add_argument("--name", help="pod name (add, delete)")
+    pod.add_argument("--name", help="pod name (add, finish, delete)")
+    pod.add_argument("--phase", default="Succeeded", choices=("Succeeded", "Failed"), help="how it finished (finish)")
     pod.add_argument("--container", default="main", help="the pod's one container (add)")
     pod.add_argument("--gpus", default="", metavar="I,J", help="GPU indices the container holds (add)")
     pod.add_argument("--idle", action="store_true", help="hold the GPUs but run nothing on them (add)")
@@ -289,10 +290,13 @@ def _run_pod(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _control("GET", args.agent, "/sim/v1/pods")
     if not args.name:
-        print("runtimekit: error: --name is required to add or delete a pod", file=sys.stderr)
+        print(f"runtimekit: error: --name is required to {args.action} a pod", file=sys.stderr)
         return EXIT_USAGE
     if args.action == "delete":
         return _control("DELETE", args.agent, "/sim/v1/pods", {"namespace": args.namespace, "name": args.name})
+    if args.action == "finish":
+        return _control("POST", args.agent, "/sim/v1/pods/phase", {"namespace": args.namespace, "name": args.name,
+                                                                   "phase": args.phase})
     try:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
     except ValueError:

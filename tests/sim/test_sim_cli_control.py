@@ -29,6 +29,9 @@ async def test_every_sim_command_is_taken_by_the_strict_api(agent, node, capsys)
     assert await _cli("sim", "process", "add", "--agent", agent, "--gpu", "1", "--bytes", "1024") == 0
     assert await _cli("sim", "process", "list", "--agent", agent) == 0
     assert await _cli("sim", "pod", "add", "--agent", agent, "--name", "p", "--gpus", "2") == 0
+    assert await _cli("sim", "pod", "finish", "--agent", agent, "--name", "p", "--phase", "Failed") == 0
+    assert [pod.phase for pod in node.pods() if pod.name == "p"] == ["Failed"]
+    assert await _cli("sim", "pod", "finish", "--agent", agent, "--name", "p") == 2  # finished pods stay finished (400)
     assert await _cli("sim", "pod", "delete", "--agent", agent, "--name", "p") == 0
     assert await _cli("sim", "reboot", "--agent", agent) == 0
     assert node.boots == 1 and node.active_faults() == []
