@@ -26,7 +26,7 @@ from runtimekit.kube.dra.claims import ClaimRef
 from runtimekit.kube.dra.publisher import RESYNC_SECONDS
 from runtimekit.kube.dra.service import DraService
 from runtimekit.kube.kubeclient import api_client
-from tests.agent_process import start_agent
+from tests.agent_process import start_agent, without_pods
 from tests.dra.dra_claims import DRIVER, NODE, ClaimStore
 from tests.dra.dra_rig import NodeAgent, driver_config, short_directory
 from tests.dra.kubelet_fake import FakeDraKubelet
@@ -54,7 +54,8 @@ async def test_cleanup_unprepare_publishing_and_reregistration_without_slicer_or
         node_agent = NodeAgent(directory, "dgx-h100")
         (directory / "runtimekit.yaml").write_text(FEATURES_OFF)
         node_agent.agent = await asyncio.to_thread(
-            start_agent, directory, "--sim", "dgx-h100", "--sim-load", "idle", "--config", str(directory / "runtimekit.yaml"))
+            start_agent, directory, "--sim", without_pods("dgx-h100", directory), "--sim-load", "idle", "--config",
+            str(directory / "runtimekit.yaml"))
         api = FakeResourceApi(version="v1.35.0", nodes=(NODE,))
         runner, url = await serve(api.app)
         (directory / "kubeconfig").write_text(api.kubeconfig(url))

@@ -39,7 +39,7 @@ from runtimekit.kube.dra.config import load
 from runtimekit.kube.dra.service import DraService
 from runtimekit.kube.kubeclient import api_client
 from runtimekit.sim import load_scenario
-from tests.agent_process import ROOT, Agent, start_agent
+from tests.agent_process import ROOT, Agent, start_agent, without_pods
 from tests.dra.admission_policy import admit, request
 from tests.kube_fake_resource import FakeResourceApi
 from tests.kube_fakes import serve
@@ -87,8 +87,9 @@ class Rig:
 
 @asynccontextmanager
 async def rig(short_dir: Path, scenario: str, version: str) -> AsyncIterator[Rig]:
-    """A real agent on ``scenario``, the fake API server of release ``version`` and the driver's process."""
-    agent = await asyncio.to_thread(start_agent, short_dir, "--sim", scenario, "--sim-load", "idle",
+    """A real agent on ``scenario`` (its pods left out: DRA hands the GPUs out, no device-plugin pod
+    holds one), the fake API server of release ``version`` and the driver's process."""
+    agent = await asyncio.to_thread(start_agent, short_dir, "--sim", without_pods(scenario, short_dir), "--sim-load", "idle",
                                     "--sim-processes", "0", "--interval", "0.2", "--seed", "3")
     api = FakeResourceApi(version=version, nodes=(NODE,))
     runner, url = await serve(api.app)

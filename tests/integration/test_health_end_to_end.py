@@ -42,7 +42,7 @@ thermal_power:
   power_brake_seconds: 0
 pcie:
   degraded_seconds: 0
-  replay_window_seconds: 0.1
+  replay_window_seconds: 0.6  # at least the sampling interval (0.3 s)
 """
 
 
