@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import grpc.aio
 
@@ -146,30 +147,36 @@ def _resolve(wanted: str, ids: Iterable[str]) -> str | None:
 
 def filter_containers(containers: list[pb.Container], f: pb.ContainerFilter) -> list[pb.Container]:
     """Apply a CRI ``ContainerFilter`` (all fields ANDed), as containerd's ListContainers does."""
-    out = containers
-    if f.id:
-        full = _resolve(f.id, (c.id for c in out))
-        out = [c for c in out if c.id == full]
+    out = _by_id(containers, f)
     if f.pod_sandbox_id:
         full = _resolve(f.pod_sandbox_id, (c.pod_sandbox_id for c in out))
         out = [c for c in out if c.pod_sandbox_id == full]
-    if f.HasField("state"):
-        out = [c for c in out if c.state == f.state.state]
-    if f.label_selector:
-        out = [c for c in out if all(c.labels.get(k) == v for k, v in f.label_selector.items())]
-    return out
+    return _by_state_and_labels(out, f)
 
 
 def filter_sandboxes(sandboxes: list[pb.PodSandbox], f: pb.PodSandboxFilter) -> list[pb.PodSandbox]:
     """Apply a CRI ``PodSandboxFilter`` (all fields ANDed), as containerd's ListPodSandbox does."""
-    out = sandboxes
-    if f.id:
-        full = _resolve(f.id, (s.id for s in out))
-        out = [s for s in out if s.id == full]
+    return _by_state_and_labels(_by_id(sandboxes, f), f)
+
+
+_Listed = TypeVar("_Listed", pb.Container, pb.PodSandbox)
+
+
+def _by_id(items: list[_Listed], f: pb.ContainerFilter | pb.PodSandboxFilter) -> list[_Listed]:
+    """The filter's ``id`` (a unique prefix, as the runtime resolves it), when set."""
+    if not f.id:
+        return items
+    full = _resolve(f.id, (item.id for item in items))
+    return [item for item in items if item.id == full]
+
+
+def _by_state_and_labels(items: list[_Listed], f: pb.ContainerFilter | pb.PodSandboxFilter) -> list[_Listed]:
+    """The filter's ``state`` and ``label_selector``, when set (both filters have them)."""
+    out = items
     if f.HasField("state"):
-        out = [s for s in out if s.state == f.state.state]
+        out = [item for item in out if item.state == f.state.state]
     if f.label_selector:
-        out = [s for s in out if all(s.labels.get(k) == v for k, v in f.label_selector.items())]
+        out = [item for item in out if all(item.labels.get(k) == v for k, v in f.label_selector.items())]
     return out
 
 

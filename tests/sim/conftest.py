@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pynvml
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit.sim import SimulatedNode, install, load_scenario, uninstall
+from runtimekit.sim.control import add_control_routes
 
 
 class FakeClock:
@@ -46,3 +51,12 @@ def nvml(node: SimulatedNode):
         yield pynvml
     finally:
         uninstall()
+
+
+@pytest.fixture
+async def client(node: SimulatedNode) -> AsyncIterator[TestClient]:
+    """A client of the simulator's control routes over ``node`` (no agent around them)."""
+    app = web.Application()
+    add_control_routes(app, node)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        yield c

@@ -3,21 +3,10 @@ that is not declared JSON), and nothing changes; never a 500 or a sampler that d
 
 import pynvml as N
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit.sim import SimulatedNode, load_scenario
-from runtimekit.sim.control import add_control_routes
 
 H100_TOTAL = 81559 << 20  # dgx-h100's memory_total_mib, in bytes
-
-
-@pytest.fixture
-async def client(node):
-    app = web.Application()
-    add_control_routes(app, node)
-    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
-        yield c
 
 
 async def _error(response, status=400):

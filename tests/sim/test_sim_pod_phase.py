@@ -7,24 +7,13 @@ from __future__ import annotations
 
 import grpc.aio
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit._proto.cri.runtime.v1 import api_pb2 as cri_pb
 from runtimekit._proto.cri.runtime.v1 import api_pb2_grpc as cri_grpc
 from runtimekit.sim import FaultError
-from runtimekit.sim.control import add_control_routes
 from runtimekit.sim.cri import FakeCriServer, sandbox_id
 
 TRAINING = ("ml-training", "llama-pretrain-0")  # dgx-h100's pod running the job on GPUs 0-5
-
-
-@pytest.fixture
-async def client(node):
-    app = web.Application()
-    add_control_routes(app, node)
-    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
-        yield c
 
 
 @pytest.fixture
