@@ -221,10 +221,11 @@ def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str, by
     return left
 
 
-def check_mode(card: Card, spec: SliceSpec, slices: int) -> None:
-    """The card-mode rule for a slice on a named card holding ``slices`` slices: SliceError
+def check_mode(card: Card, spec: SliceSpec, records: Iterable[Record]) -> None:
+    """The card-mode rule for a slice on a named card, ``records`` the journal's slices: SliceError
     (failed_precondition, ``device``) with the way out that would be accepted (a card's mode
     changes only while it has no slice)."""
+    slices = sum(r.gpu_uuid == card.gpu.uuid for r in records)
     if card.pending is not None:
         raise SliceError("failed_precondition", "device", f"GPU {card.index} has a MIG mode change to {card.pending} "
                          "pending until a GPU reset; it takes no new slices until then")

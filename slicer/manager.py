@@ -272,7 +272,7 @@ class Slicer:
         else:
             card = select_card(cards, spec.device)
             check_fits_card(spec, card.memory_mib, reserve)
-            check_mode(card, spec, sum(r.gpu_uuid == card.gpu.uuid for r in books.records.values()))
+            check_mode(card, spec, books.records.values())
             candidates = [card]
         candidates = schedulable(candidates, blocked, spec.mode)
         if spec.mode == "tdm":  # a MIG slice is its own instance: the kubelet's MIG devices are the planner's

@@ -79,10 +79,11 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     new: dict[str, Any] = {"at": data.snapshot.sampled_at if fresh else state.get("at"), "width": {}, "generation": {},
                            "replays": {}}
     for uuid, gpu in readable_gpus(data.snapshot):
-        counts = _replay_counts((state.get("replays") or {}).get(uuid) or [], gpu, config, fresh)
+        replays = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
+        counts = _replay_counts((state.get("replays") or {}).get(uuid) or [], replays, gpu.sampled_at, config, fresh)
         if counts:
             new["replays"][uuid] = counts
-        findings.extend(_replay_rate(gpu, counts, config))
+        findings.extend(_replay_rate(gpu, replays, counts, config))
         link, limits = gpu.pcie, gpu.limits
         width = value_of(link.width) if link is not None else None
         gen = value_of(link.generation) if link is not None else None
@@ -124,14 +125,15 @@ def pcie(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     return new, findings
 
 
-def _replay_counts(before: list[Any], gpu: GpuSnapshot, config: Mapping[str, Any], fresh: bool) -> list[list[float]]:
-    """The window's [time, replay count] points after this sample (see the state in the module
-    docstring): older ones dropped but the last before the window, the counter's going back a restart."""
-    count = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
+def _replay_counts(before: list[Any], count: int | None, now: float, config: Mapping[str, Any],
+                   fresh: bool) -> list[list[float]]:
+    """The window's [time, replay count] points after this sample's ``count`` (None: unreadable),
+    read at ``now`` (see the state in the module docstring): older ones dropped but the last before
+    the window, the counter's going back a restart."""
     points = [[float(t), float(c)] for t, c in before]
     if count is None or not fresh:
         return points
-    now, window = gpu.sampled_at, config["replay_window_seconds"]
+    window = config["replay_window_seconds"]
     if points and count < points[-1][1]:
         points = []  # the counter went back: the driver was reloaded
     if len(points) >= 2 and now - points[-2][0] < window / REPLAY_POINTS:
@@ -142,12 +144,11 @@ def _replay_counts(before: list[Any], gpu: GpuSnapshot, config: Mapping[str, Any
     return points[max(inside - 1, 0):]
 
 
-def _replay_rate(gpu: GpuSnapshot, points: list[list[float]], config: Mapping[str, Any]) -> list[Finding]:
+def _replay_rate(gpu: GpuSnapshot, count: int | None, points: list[list[float]], config: Mapping[str, Any]) -> list[Finding]:
     """``pcie_replay_rate`` when the counts span the window at or above the rate; an ``unjudged``
     mark while they do not span it yet, span more than twice it (a gap in the counts: the counter
     unreadable or NVML down for a while would dilute a rate), or the counter is unreadable now."""
     window, limit = config["replay_window_seconds"], config["replays_per_minute"]
-    count = value_of(gpu.pcie.replay_count) if gpu.pcie is not None else None
     span = points[-1][0] - points[0][0] if points else 0.0
     if count is None or not window <= span <= 2 * window:
         why = "PCIe replay counter unreadable" if count is None else f"PCIe replays counted over {span:.0f} s, judged over {window:g}"
