@@ -36,18 +36,16 @@ Messages are short: they never echo the input beyond a few dozen characters (``M
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import yaml
-from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from runtimekit.bounded_yaml import BoundedLoader, Refused, where
+from runtimekit.document_scalars import too_many_digits_rule, unicode_problem
 
 __all__ = [
     "DEFAULT_MAX_ALIAS_NODES",
@@ -130,14 +128,14 @@ def load_yaml(
     """One YAML document (safe tags only: what ``yaml.safe_load`` gives), within the bounds;
     an empty document is None. DocumentError naming ``what`` and the rule otherwise."""
     text = _text(text_or_bytes, what, max_bytes)
-    loader = _BoundedLoader(text, max_depth=max_depth, max_alias_nodes=max_alias_nodes)
+    loader = BoundedLoader(text, max_depth=max_depth, max_alias_nodes=max_alias_nodes)
     try:
         return loader.get_single_data()
-    except _Refused as refused:
-        raise DocumentError(what, f"{refused.rule}{_where(refused.mark)}") from None
+    except Refused as refused:
+        raise DocumentError(what, f"{refused.rule}{where(refused.mark)}") from None
     except yaml.MarkedYAMLError as error:
         problem = error.problem or error.context or "syntax error"
-        raise DocumentError(what, f"not valid YAML: {problem}{_where(error.problem_mark)}") from None
+        raise DocumentError(what, f"not valid YAML: {problem}{where(error.problem_mark)}") from None
     except yaml.YAMLError as error:  # reader errors (control characters), without a mark
         raise DocumentError(what, f"not valid YAML: {error}") from None
     except RecursionError:  # only when a caller's max_depth is beyond what the stack allows
@@ -206,32 +204,6 @@ def _text(text_or_bytes: str | bytes, what: str, max_bytes: int) -> str:
         raise DocumentError(what, f"not UTF-8: invalid byte 0x{data[error.start]:02x} at offset {error.start}") from None
 
 
-def _too_many_digits_rule() -> str:
-    return f"a number of more than {sys.get_int_max_str_digits()} digits"
-
-
-@functools.lru_cache(maxsize=4)
-def _power_of_ten(digits: int) -> int:
-    return 10**digits
-
-
-def _too_many_digits(value: int) -> bool:
-    """Has ``value`` more decimal digits than Python converts to text (``str`` would raise)?"""
-    limit = sys.get_int_max_str_digits()
-    return limit > 0 and abs(value) >= _power_of_ten(limit)
-
-
-def _unicode_problem(text: str) -> str | None:
-    """The rule a string breaks when it holds a lone surrogate (it cannot be encoded), or None."""
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return f"not valid Unicode: a lone surrogate U+{ord(text[error.start]):04X}"
-    return None
-
-
 class _Malformed:
     """Put by the JSON decoder's hooks where a value is refused, so the walk that follows names its
     path (the hooks themselves do not know where they are)."""
@@ -255,7 +227,7 @@ def _json_int(text: str) -> int | _Malformed:
     try:
         return int(text)
     except ValueError:  # the scanner's pattern only admits digits: the limit is the one cause
-        return _Malformed(_too_many_digits_rule())
+        return _Malformed(too_many_digits_rule())
 
 
 def _json_problem(value: Any, limit: int) -> str | None:
@@ -266,7 +238,7 @@ def _json_problem(value: Any, limit: int) -> str | None:
     while stack:
         item, depth, path = stack.pop()
         if isinstance(item, str):
-            rule = _unicode_problem(item)
+            rule = unicode_problem(item)
         elif isinstance(item, _Malformed):
             rule = item.rule
         elif isinstance(item, dict | list):
@@ -284,7 +256,7 @@ def _json_problem(value: Any, limit: int) -> str | None:
 
 def _keys_problem(item: dict[str, Any]) -> str | None:
     for key in item:
-        rule = _unicode_problem(key)
+        rule = unicode_problem(key)
         if rule:
             return f"{rule} (in a key)"
     return None
@@ -300,128 +272,3 @@ def _json_path(path: Any) -> str:
     for step in reversed(steps):
         text += f"[{step}]" if isinstance(step, int) else f".{step[:40]}" if text else step[:40]
     return text
-
-
-def _where(mark: Any) -> str:
-    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-
-
-_INT_TAG, _MERGE_TAG, _VALUE_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
-
-
-def _base_60_too_long(text: Any) -> bool:
-    """Would YAML 1.1's base-60 integer ``text`` (``1:30:00``) pass the conversion limit? Each ``:``
-    multiplies it by 60, and PyYAML's loop doing so is quadratic: refused before it runs."""
-    limit = sys.get_int_max_str_digits()
-    return isinstance(text, str) and limit > 0 and text.count(":") * math.log10(60) >= limit
-
-
-def _unconstructed(node: Node, error: ValueError) -> str:
-    """The rule a scalar breaks when its constructor raised ValueError: a decimal integer past the
-    conversion limit, or a value of its type that does not exist."""
-    if node.tag == _INT_TAG and sum(char.isdigit() for char in str(node.value)) > sys.get_int_max_str_digits():
-        return _too_many_digits_rule()
-    return f"not a valid {node.tag.rsplit(':', 1)[-1]}: {str(error)[:60]}"
-
-
-class _Refused(Exception):
-    """A bound broken while composing (turned into DocumentError by ``load_yaml``)."""
-
-    def __init__(self, rule: str, mark: Any) -> None:
-        super().__init__(rule)
-        self.rule, self.mark = rule, mark
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that bounds nesting and alias expansion while composing the node graph.
-
-    Each composed node gets its expanded size (itself plus its children, aliases included) and
-    height, computed once from its children's (so counting is linear in the document, never in its
-    expansion). An alias adds its anchored node's size to the document's alias total and may not
-    reach deeper than ``max_depth`` where it is used."""
-
-    def __init__(self, text: str, *, max_depth: int, max_alias_nodes: int) -> None:
-        super().__init__(text)
-        self._max_depth, self._max_alias_nodes = max_depth, max_alias_nodes
-        self._depth = 0
-        self._alias_nodes = 0
-        self._measured: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if self.check_event(AliasEvent):
-            event = self.peek_event()
-            node = super().compose_node(parent, index)
-            measured = self._measured.get(id(node))
-            if measured is None:
-                raise _Refused(f"alias *{event.anchor[:40]} refers to its own anchor (infinite expansion)",
-                               event.start_mark)
-            size, height = measured
-            self._alias_nodes += size
-            if self._alias_nodes > self._max_alias_nodes:
-                raise _Refused(f"aliases expand to more than {self._max_alias_nodes} nodes", event.start_mark)
-            if self._depth + height > self._max_depth:
-                raise _Refused(f"nested deeper than {self._max_depth} levels (through alias *{event.anchor[:40]})",
-                               event.start_mark)
-            return node
-        nests = 1 if self.check_event(SequenceStartEvent, MappingStartEvent) else 0
-        if nests and self._depth >= self._max_depth:
-            raise _Refused(f"nested deeper than {self._max_depth} levels", self.peek_event().start_mark)
-        self._depth += nests
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= nests
-        if node is not None:  # (the stub's type; the composer always returns a node here)
-            self._measured[id(node)] = self._measure(node)
-            if isinstance(node, MappingNode):
-                self._refuse_duplicate_keys(node)
-        return node
-
-    def _refuse_duplicate_keys(self, node: MappingNode) -> None:
-        """_Refused at the second of two scalar keys with the same value (``1`` and ``0x1`` too), checked
-        on the mapping's own keys as composed, before merge keys (``<<``) add theirs."""
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, ScalarNode) or key_node.tag in (_MERGE_TAG, _VALUE_TAG):
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise _Refused(f"duplicate key {repr(key)[:40]}", key_node.start_mark)
-            seen.add(key)
-
-    def construct_object(self, node: Node, deep: bool = False) -> Any:
-        """The value of ``node``, or _Refused with its line for a scalar that cannot be constructed (a
-        date that does not exist) or an integer past Python's int/str conversion limit."""
-        if node.tag == _INT_TAG and _base_60_too_long(node.value):
-            raise _Refused(_too_many_digits_rule(), node.start_mark)
-        try:
-            value = super().construct_object(node, deep)
-        except ValueError as error:
-            raise _Refused(_unconstructed(node, error), node.start_mark) from None
-        if isinstance(value, int) and _too_many_digits(value):
-            raise _Refused(_too_many_digits_rule(), node.start_mark)
-        return value
-
-    def construct_scalar(self, node: Any) -> Any:
-        """The text of a scalar (every safe tag's constructor reads it here); _Refused when an escape
-        made a lone surrogate (``"\\ud800"``: YAML, unlike JSON, never pairs two escapes into one
-        character, so write U+1F600 as ``"\\U0001F600"``)."""
-        text = super().construct_scalar(node)
-        rule = _unicode_problem(text) if isinstance(text, str) else None
-        if rule:
-            raise _Refused(rule, node.start_mark)
-        return text
-
-    def _measure(self, node: Node) -> tuple[int, int]:
-        if isinstance(node, SequenceNode):
-            children = list(node.value)
-        elif isinstance(node, MappingNode):
-            children = [item for pair in node.value for item in pair]
-        else:
-            return 1, 0
-        size, height = 1, 0
-        for child in children:
-            child_size, child_height = self._measured[id(child)]
-            size += child_size
-            height = max(height, child_height)
-        return size, height + 1
