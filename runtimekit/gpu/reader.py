@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
@@ -25,6 +25,7 @@ from runtimekit.gpu.errors import LinkErrorCounts, read_ecc, read_nvlinks, read_
 from runtimekit.gpu.mig_devices import MigDeviceReader
 from runtimekit.gpu.nvml import GpuLostError, NvmlInitError, NvmlSession, Variant, memory_v2_args
 from runtimekit.gpu.processes import read_processes
+from runtimekit.gpu.reader_records import complete, failed_readings, keep_good, limits_read_at, unreadable_snapshot
 from runtimekit.gpu.types import (
     NOT_SUPPORTED,
     Clocks,
@@ -42,13 +43,10 @@ from runtimekit.gpu.types import (
     Thermal,
     Unavailable,
     Utilization,
-    failed,
     is_available,
 )
 
 log = logging.getLogger(__name__)
-
-_Record = TypeVar("_Record", GpuIdentity, GpuLimits)
 
 
 ARCHITECTURES = {
@@ -163,12 +161,12 @@ class NodeReader:
             if not is_available(handle):
                 return handle
             limits = self._read_limits(handle)
-            device = Device(index, handle, self._read_identity(handle), limits, _read_at(limits, now))
+            device = Device(index, handle, self._read_identity(handle), limits, limits_read_at(limits, now))
             self._devices[index] = device
             log.info("GPU %d discovered: %s %s", index, device.identity.name, device.identity.uuid)
         else:
-            if not _complete(device.identity):
-                device.identity = _keep_good(device.identity, self._read_identity(device.handle))
+            if not complete(device.identity):
+                device.identity = keep_good(device.identity, self._read_identity(device.handle))
             if now - device.limits_read_at >= self.limits_refresh_seconds:
                 self._refresh_limits(device, now)
         return device
@@ -180,8 +178,8 @@ class NodeReader:
         cycle (``now``: Unix seconds of this cycle); GPU lost raises before anything is replaced.
         """
         fresh = self._read_limits(device.handle)
-        device.limits = _keep_good(device.limits, fresh)
-        device.limits_read_at = _read_at(fresh, now, device.limits_read_at)
+        device.limits = keep_good(device.limits, fresh)
+        device.limits_read_at = limits_read_at(fresh, now, device.limits_read_at)
 
     def _read_identity(self, handle: Any) -> GpuIdentity:
         call = self.session.call
@@ -233,7 +231,7 @@ class NodeReader:
         try:
             device = self._device(index, now)
             if isinstance(device, Unavailable):
-                return _unreadable(index, now, device)
+                return unreadable_snapshot(index, now, device)
             snapshot = self._read_dynamic(device, now)
         except GpuLostError as lost:
             return self._lost(index, now, str(lost))
@@ -247,7 +245,7 @@ class NodeReader:
         if device is not None and not device.lost:
             log.error("GPU %d (%s) is lost: NVML answered GPU_IS_LOST in %s", index, device.identity.uuid, where)
         if device is None:
-            return _unreadable(index, now, Unavailable("gpu_lost", where), lost=True)
+            return unreadable_snapshot(index, now, Unavailable("gpu_lost", where), lost=True)
         device.lost = True
         return GpuSnapshot(
             index, device.identity, device.limits, now, True,
@@ -328,7 +326,7 @@ class NodeReader:
             recovery_action=_map(values.get(fields.RECOVERY_ACTION), _recovery_action),
             mig_devices=mig_devices,
         )
-        return replace(snapshot, errors=_errors(snapshot, ("processes", process_failure), ("mig_devices", mig_failure)))
+        return replace(snapshot, errors=failed_readings(snapshot, ("processes", process_failure), ("mig_devices", mig_failure)))
 
     def _read_modes(self, handle: Any) -> Modes:
         call = self.session.call
@@ -358,64 +356,5 @@ def _reserved(memory: Any) -> Reading[int]:
     return int(memory.reserved) if hasattr(memory, "reserved") else NOT_SUPPORTED
 
 
-def _complete(record: GpuIdentity | GpuLimits) -> bool:
-    """False when a discovery read failed with a real error: it is then read again next cycle."""
-    if isinstance(record, GpuIdentity) and not is_available(record.uuid):
-        return False
-    return not any(failed(getattr(record, name)) for name in record.__slots__)
-
-
-def _keep_good(known: _Record, fresh: _Record) -> _Record:
-    """``fresh``, except that a field which failed in it keeps its value from ``known`` where that
-    one did not fail: a GPU that starts failing keeps what was read while it answered."""
-    kept = {name: getattr(known, name) for name in known.__slots__
-            if failed(getattr(fresh, name)) and not failed(getattr(known, name))}
-    return replace(fresh, **kept) if kept else fresh
-
-
-def _read_at(fresh: GpuLimits, now: float, before: float = float("-inf")) -> float:
-    """When the limits count as read (Unix seconds): ``now`` after a complete read, else ``before``
-    (minus infinity at discovery), so that an incomplete read is retried at the next cycle."""
-    return now if _complete(fresh) else before
-
-
 def _count(value: Reading[int]) -> int:
     return int(value) if is_available(value) else 0
-
-
-def _unreadable(index: int, now: float, why: Unavailable, lost: bool = False) -> GpuSnapshot:
-    identity = GpuIdentity(why, why, why, why, why, why, why, why)
-    limits = GpuLimits(why, why, why, why, why, why, why, why, why, why, why, why)
-    return GpuSnapshot(
-        index, identity, limits, now, lost, None, None, None, None, None, None, None, None, None, (), None, (),
-        (("device", why.detail or why.reason),),
-    )
-
-
-def _errors(snapshot: GpuSnapshot, *listings: tuple[str, Unavailable | None]) -> tuple[tuple[str, str], ...]:
-    """The readings that failed with a real error (not 'not supported'), for self-metrics and logs.
-
-    Names are ``group.field`` (``remapped_rows.pending``, ``nvlinks[3].replay_errors``,
-    ``mig_devices[0].profile`` by NVML index), and the name of each failed listing (``processes``,
-    ``mig_devices``: the list is then incomplete).
-    """
-    found: list[tuple[str, str]] = []
-    groups: list[tuple[str, Any]] = [
-        ("limits", snapshot.limits), ("utilization", snapshot.utilization), ("memory", snapshot.memory),
-        ("thermal", snapshot.thermal), ("power", snapshot.power), ("clocks", snapshot.clocks),
-        ("pcie", snapshot.pcie), ("ecc", snapshot.ecc), ("retired_pages", snapshot.retired_pages),
-        ("remapped_rows", snapshot.remapped_rows), ("modes", snapshot.modes),
-    ]
-    groups += [(f"nvlinks[{link.link}]", link) for link in snapshot.nvlinks]
-    groups += [(f"mig_devices[{device.index}]", device) for device in snapshot.mig_devices]
-    for group_name, group in groups:
-        if group is None:
-            continue
-        for name in group.__slots__:
-            value = getattr(group, name)
-            if failed(value):
-                found.append((f"{group_name}.{name}", value.detail or value.reason))
-    for name, failure in listings:
-        if failure is not None and failed(failure):
-            found.append((name, failure.detail or failure.reason))
-    return tuple(found)
