@@ -16,7 +16,7 @@ from exporter_factories import SAMPLED_AT
 from statuspage_factories import SLICE_ID, make_node, serving_json
 
 from runtimekit.cli import main
-from runtimekit.cli_status import render
+from runtimekit.status_frame import render
 from runtimekit.statuspage import render_node
 from tests.agent_process import ROOT, Agent, free_port, start_agent, without_pods
 

@@ -16,8 +16,8 @@ from exporter_factories import REFRESHED_AT, SAMPLED_AT, make_attribution, make_
 from statuspage_factories import make_node, serving_json
 
 from runtimekit.cli import main
-from runtimekit.cli_status import render
 from runtimekit.state import NodeState
+from runtimekit.status_frame import render
 from runtimekit.statuspage import NODE_PATH, add_status_routes, render_node
 from runtimekit.statuspage.node_json import STALE_CYCLES, STALE_FLOOR_SECONDS
 
