@@ -23,6 +23,21 @@ NODE = 'node=~"$node"'
 GPU = f'{NODE},gpu=~"$gpu"'
 POD = f'{NODE},namespace=~"$namespace",pod=~"$pod"'
 
+
+def events_in_range(by: str, counter: str) -> str:
+    """Events a counter counted in the dashboard's range, by ``by``, its first ones included.
+
+    The agent's event counters (XIDs, fault events, health transitions) have no series until the
+    first event, which appears at 1 (or more): ``increase()`` alone never sees that step from
+    nothing, so a GPU's first and often only XID 79 would count 0. A series that was absent at the
+    range's start adds its first value in the range (``min_over_time``, the counter never falling
+    in between but for an agent restart) to what ``increase()`` saw after it.
+    """
+    window = f"{counter}[$__range]"
+    first = f"(min_over_time({window}) unless {counter} offset $__range)"
+    return f"sum by ({by}) (increase({window}) + ({first} or increase({window}) * 0))"
+
+
 # (title, panel type, unit, [(legend, expr), ...])
 DASHBOARDS = {
     "runtimekit-cluster": ("Runtime Kit / Cluster overview", [
@@ -38,7 +53,7 @@ DASHBOARDS = {
         ("Active faults", "table", "none",
          [("", f"sum by (node, gpu, fault, severity) (runtimekit_gpu_fault_active{{{NODE}}})")]),
         ("XIDs in the range", "table", "none",
-         [("", f"sum by (node, gpu, xid) (increase(runtimekit_gpu_xid_errors_total{{{NODE}}}[$__range]))")]),
+         [("", events_in_range("node, gpu, xid", f"runtimekit_gpu_xid_errors_total{{{NODE}}}"))]),
         ("Samples stale (time since the last sample)", "timeseries", "s", [("{{node}}", f"max by (node) (time() - runtimekit_last_sample_timestamp_seconds{{{NODE}}})")]),
         ("Agent component restarts", "timeseries", "short", [("{{node}} {{component}}", f"increase(runtimekit_component_restarts_total{{{NODE}}}[$__rate_interval])")]),
     ]),
@@ -86,9 +101,9 @@ DASHBOARDS = {
         ("Node health", "stat", "none", [("{{node}} {{state}}", f"runtimekit_node_health{{{NODE}}} == 1")]),
         ("Active faults", "table", "none", [("", f"runtimekit_gpu_fault_active{{{GPU}}}")]),
         ("Fault events in the range", "table", "none",
-         [("", f"sum by (node, gpu, fault, severity) (increase(runtimekit_gpu_fault_events_total{{{GPU}}}[$__range]))")]),
+         [("", events_in_range("node, gpu, fault, severity", f"runtimekit_gpu_fault_events_total{{{GPU}}}"))]),
         ("Health transitions in the range", "table", "none",
-         [("", f"sum by (node, gpu, from, to) (increase(runtimekit_health_transitions_total{{{GPU}}}[$__range]))")]),
+         [("", events_in_range("node, gpu, from, to", f"runtimekit_health_transitions_total{{{GPU}}}"))]),
         ("XID rate", "timeseries", "none",
          [("GPU {{gpu}} XID {{xid}}", f"sum by (gpu, xid) (rate(runtimekit_gpu_xid_errors_total{{{GPU}}}[$__rate_interval]))")]),
         ("Health evaluation CPU", "timeseries", "s", [("{{node}}", f"runtimekit_health_evaluation_seconds{{{NODE}}}")]),
