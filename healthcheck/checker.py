@@ -9,10 +9,16 @@ polled checks read the sampler's snapshot, event checks the XIDs of the same vie
   evaluation at a time. The verdict names the newest XID it includes (``NodeHealth.xid_sequence``):
   a checker restarted by the supervisor starts after it, so no XID is judged twice.
 - The detectors run in a dedicated worker thread (a slow or stuck detector never blocks the loop
-  or the default executor), bounded by ``timeout_seconds``. A detector that raises or times out is
-  a failed probe, and a failed probe never reports "healthy": the node gets a node-level
-  ``health_check_failed`` warning, nothing clears in that evaluation, and the detectors' state is
-  kept as it was. While a timed-out evaluation is still running, no new one is started.
+  or the default executor), bounded by ``timeout_seconds``. Detectors that time out, or a
+  ``run_detectors`` that raises, are a failed probe, and a failed probe never reports "healthy":
+  the node gets a node-level ``health_check_failed`` warning, nothing clears in that evaluation,
+  and the detectors' state is kept as it was. While a timed-out evaluation is still running, no new
+  one is started. One detector that raises (``DetectorsFailed``) fails only its own probe: what
+  the others find is raised as usual, the node gets ``health_check_failed`` naming it, and nothing
+  clears in that evaluation. A detector that raised on its saved state and ran again from a fresh
+  one lost what that state held: when it held durable parts (``detectors.DURABLE``: the GPUs known,
+  XID bursts, the ECC baseline) the node and every GPU get ``health_state_unreadable``, exactly as
+  for a state file that cannot be read; otherwise it is logged (as if the agent had restarted).
 - An XID-only evaluation (no new sample) gives the detectors the latest snapshot as both
   ``snapshot`` and ``previous`` (``data.snapshot is data.previous``: no new sample, deltas are 0)
   and does not count as a clean sample for the machine.
@@ -47,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
-from runtimekit.healthcheck.detectors import readable_gpus
+from runtimekit.healthcheck.detectors import DURABLE, DetectorsFailed, readable_gpus
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
@@ -94,6 +100,8 @@ class _Outcome:
     states: Mapping[str, Any]
     findings: tuple[Finding, ...]
     cpu_seconds: float
+    failed: Mapping[str, str]  # detectors that raised even on a fresh state: name -> why
+    dropped: Mapping[str, str]  # detectors whose given state was dropped: name -> why
 
 
 class HealthChecker:
@@ -204,7 +212,8 @@ class HealthChecker:
             resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
             if sampled:
                 self._previous = snapshot
-            findings, cpu = outcome.findings, outcome.cpu_seconds
+            findings, cpu = (*outcome.findings, *self._partial(outcome, snapshot)), outcome.cpu_seconds
+            sampled = sampled and not outcome.failed  # a failed probe clears nothing
         else:
             resets, sampled, cpu = frozenset(), False, 0.0
             findings = (default_policy().node_finding(CHECK_FAILED, failure),)
@@ -228,6 +237,20 @@ class HealthChecker:
                                            slices=sliced.health))
         self.evaluations += 1
         return True
+
+    def _partial(self, outcome: _Outcome, snapshot: NodeSnapshot) -> tuple[Finding, ...]:
+        """What failed detectors add (module docstring): ``health_check_failed`` naming those that
+        raised; ``health_state_unreadable`` for the node and every GPU when a durable state was dropped."""
+        found: list[Finding] = []
+        if outcome.failed:
+            found.append(default_policy().node_finding(CHECK_FAILED, self._failing))
+        lost = sorted(name for name in outcome.dropped if name in DURABLE)
+        if lost:
+            evidence = (f"the saved state of the {', '.join(lost)} detector could not be used "
+                        f"({'; '.join(outcome.dropped[name] for name in lost)}): GPUs known bad may be among these")
+            found.append(unknown_finding(None, None, evidence))
+            found += [unknown_finding(g.index, uuid, evidence) for g in snapshot.gpus if is_available(uuid := g.uuid)]
+        return tuple(found)
 
     def _state_unknown(self, identified: tuple[tuple[int, str], ...]) -> tuple[Finding, ...]:
         """While the node holds ``health_state_unreadable`` (its saved state could not be read,
@@ -263,8 +286,12 @@ class HealthChecker:
 
         def job() -> _Outcome:
             started = time.thread_time()
-            new_states, findings = self._run_detectors(states, data)
-            return _Outcome(dict(new_states), tuple(findings), time.thread_time() - started)
+            try:
+                new_states, findings = self._run_detectors(states, data)
+            except DetectorsFailed as partial:
+                return _Outcome(partial.states, tuple(partial.findings), time.thread_time() - started,
+                                partial.failed, partial.dropped)
+            return _Outcome(dict(new_states), tuple(findings), time.thread_time() - started, {}, {})
 
         future = self._worker.submit(job)
         # asyncio.wait, not wait_for: Python 3.11's wait_for can swallow a cancellation that
@@ -281,7 +308,12 @@ class HealthChecker:
             if not self._failing:
                 log.error("health detectors failed", exc_info=error)
             return None, self._fail(f"the detectors failed: {type(error).__name__}: {error}")
-        if self._failing:
+        for name, why in outcome.dropped.items():
+            log.warning("health detector %s could not use its saved state (%s): it started again from a fresh one%s",
+                        name, why, "; what it held is lost, so every GPU is unknown until a reboot" if name in DURABLE else "")
+        if outcome.failed:
+            self._fail("the " + ", ".join(f"{name} detector failed: {why}" for name, why in outcome.failed.items()))
+        elif self._failing:
             log.info("health detectors recovered")
             self._failing = ""
         return outcome, ""

@@ -48,22 +48,58 @@ DETECTORS: tuple[Detector, ...] = (
 )
 
 
+class DetectorsFailed(Exception):
+    """Some detectors raised. ``failed``: name -> why, for each that raised on a fresh state too (a
+    bug: its state is the one it was given, its findings none); ``dropped``: name -> why, for each
+    that raised on its given state (a saved state it cannot use) and ran again from a fresh one.
+    ``states`` and ``findings`` are every detector's results, as ``run_detectors`` returns them."""
+
+    def __init__(self, states: dict[str, Any], findings: list[Finding], failed: dict[str, str],
+                 dropped: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{name}: {why}" for name, why in {**dropped, **failed}.items()))
+        self.states, self.findings, self.failed, self.dropped = states, findings, failed, dropped
+
+
 def run_detectors(states: Mapping[str, Any], data: DetectorInput) -> tuple[dict[str, Any], list[Finding]]:
     """Run every detector with its previous state (``states[name]``, None at first) and its own
     thresholds section (``data.config`` is the whole ``load_thresholds()`` mapping, or empty for
     the defaults). Returns the new states by name and all findings, in detector order.
 
-    A detector that raises is not caught: the caller must keep its previous verdict rather than
-    read "no findings" as healthy (gpu-faults.md §6: never report healthy on a failed probe).
+    Each detector runs on its own: one that raises never stops the others (a bug in one must not
+    silence the lost-card and XID checks). One that raises on the state it was given runs again
+    from a fresh state (None): a state read back from disk that it cannot use (a hand edit, a
+    downgrade) must not fail it for good. When any raised, ``DetectorsFailed`` carries every
+    result: the caller must not read a failed detector's silence as healthy (gpu-faults.md §6:
+    never report healthy on a failed probe), and decides what a dropped state costs (``DURABLE``).
     """
     new_states: dict[str, Any] = {}
     findings: list[Finding] = []
+    failed: dict[str, str] = {}
+    dropped: dict[str, str] = {}
     for detector in DETECTORS:
         section = data.config.get(detector.name) if isinstance(data.config, Mapping) else None
         own = replace(data, config=for_detector(detector.name, section if isinstance(section, Mapping) else None))
-        new_states[detector.name], found = detector(states.get(detector.name), own)
+        given = states.get(detector.name)
+        try:
+            new_states[detector.name], found = detector(given, own)
+        except Exception as error:  # noqa: BLE001 - a detector bug is a failed probe of its own faults only
+            if given is None:
+                new_states[detector.name], failed[detector.name] = given, _why(error)
+                continue
+            try:
+                new_states[detector.name], found = detector(None, own)
+            except Exception as again:  # noqa: BLE001 - as above, and not its state's fault
+                new_states[detector.name], failed[detector.name] = given, _why(again)
+                continue
+            dropped[detector.name] = _why(error)
         findings.extend(found)
+    if failed or dropped:
+        raise DetectorsFailed(new_states, findings, failed, dropped)
     return new_states, findings
 
 
-__all__ = ["DETECTORS", "DURABLE", "readable_gpus", "run_detectors"]
+def _why(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:200]
+
+
+__all__ = ["DETECTORS", "DURABLE", "DetectorsFailed", "readable_gpus", "run_detectors"]
