@@ -44,7 +44,7 @@ from . import cdi
 from .cards import Card
 from .journal import Record
 from .owners import Grace
-from .steps import Books, GpuMissing, InUse, no_step, unmake
+from .steps import Books, GpuMissing, InUse, recovery_step, unmake
 
 log = logging.getLogger("runtimekit.slicer")
 
@@ -75,7 +75,7 @@ def settle(books: Books) -> tuple[list[str], list[str]]:
         if record.phase == "ready":
             continue
         try:
-            unmake(books, record, on_step=no_step)
+            unmake(books, record, on_step=recovery_step)
         except InUse:
             _wait(books, books.records[record.id], WAITING_IN_USE)
             continue

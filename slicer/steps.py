@@ -8,14 +8,20 @@ create  insert (creating) ─ slicer.create.journaled
         [MIG] GPU instance at the intended placement ─ slicer.create.gpu_instance
               ─ record gi id ─ slicer.create.gpu_instance_recorded
         [MIG] compute instance ─ slicer.create.compute_instance ─ record ci id, MIG UUID
+              ─ slicer.create.compute_instance_recorded
         CDI spec written ─ slicer.create.cdi_written
         phase ready ─ slicer.create.committed
 delete  phase deleting ─ slicer.delete.journaled
         [MIG] compute instance destroyed ─ slicer.delete.compute_instance
               ─ record it gone ─ slicer.delete.compute_instance_recorded
         [MIG] GPU instance destroyed ─ slicer.delete.gpu_instance ─ record it gone
-        CDI spec removed ─ slicer.delete.cdi_removed
+              ─ slicer.delete.gpu_instance_recorded
+        CDI spec removed (if there is one) ─ slicer.delete.cdi_removed
         row removed
+
+A restart's recovery (``runtimekit.slicer.reconcile``) finishes or rolls back a slice with the
+same steps, each marked ``slicer.recover.<step>`` (``recovery_step``), so that a test can kill the
+recovery itself at every step and restart again.
 
 ``unmake`` is idempotent and reads NVML for what exists, so the reconciler calls it to finish a
 ``deleting`` slice and to roll back a ``creating`` one (see ``runtimekit.slicer.reconcile``).
@@ -108,6 +114,7 @@ def make(books: Books, record: Record) -> Record:
         ci = books.mig.create_compute_instance(index, gi.id)
         failpoint("slicer.create.compute_instance")
         record = books.record(record, ci_id=ci.id, mig_uuid=ci.uuid)
+        failpoint("slicer.create.compute_instance_recorded")
         env = cdi.mig_env(ci.uuid) if ci.uuid else []
     else:
         env = cdi.tdm_env(record.gpu_uuid, record.memory_mib, record.compute)
@@ -141,7 +148,8 @@ def unmake(books: Books, record: Record, *, on_step: Callable[[str], None] = fai
     Raises InUse (nothing more destroyed; the record keeps what is left) when NVML refuses because a
     process runs in the instance, GpuMissing when a MIG slice's GPU is not in the sample now,
     MigOpError/OSError for other refusals (retried by the reconciler). ``on_step(name)`` is called
-    after each step with its failpoint name (``slicer.delete.<step>``); ``no_step`` for none."""
+    after each step with its failpoint name (``slicer.delete.<step>``); ``recovery_step`` renames
+    them for a restart's recovery, ``no_step`` fires none."""
     gi = find_instance(books, record)
     if gi is not None:
         index = books.gpu_index(record)
@@ -153,8 +161,10 @@ def unmake(books: Books, record: Record, *, on_step: Callable[[str], None] = fai
         _destroy(books.mig.destroy_gpu_instance, index, gi.id)
         on_step("slicer.delete.gpu_instance")
         record = books.record(record, gi_id=None)
-    if record.cdi_path and cdi.remove_spec(Path(record.cdi_path)):
-        on_step("slicer.delete.cdi_removed")
+        on_step("slicer.delete.gpu_instance_recorded")
+    if record.cdi_path:
+        cdi.remove_spec(Path(record.cdi_path))
+    on_step("slicer.delete.cdi_removed")  # with or without a spec to remove: the window before the row goes
     books.forget(record)
 
 
@@ -168,6 +178,12 @@ def _destroy(call: Callable[..., None], *args: int) -> None:
             raise
 
 
+def recovery_step(name: str) -> None:
+    """``unmake``'s ``on_step`` for a restart's recovery: the step's own failpoint, renamed
+    ``slicer.recover.<step>`` (a crash while recovering is a window of its own)."""
+    failpoint(name.replace("slicer.delete.", "slicer.recover.", 1))
+
+
 def no_step(_: str) -> None:
-    """``unmake``'s ``on_step`` for rolling back a failed create and for the reconciler: they fire
-    no failpoint (the ``slicer.delete.*`` ones mark the steps of a delete asked for)."""
+    """``unmake``'s ``on_step`` for rolling back a create that failed at once: no failpoint fires
+    (the ``slicer.delete.*`` ones mark the steps of a delete asked for)."""

@@ -1,4 +1,5 @@
-"""SIGKILL at every step of create and delete, TDM and MIG, in a real process; a restart converges.
+"""SIGKILL at every step of create and delete, TDM and MIG, and of the recovery after such a crash, in a
+real process; a restart converges.
 
 Each case runs ``slicer_driver.py`` (a Slicer on a simulated dgx-a100 with its journal in a state
 folder) as a real process with ``RUNTIMEKIT_FAILPOINTS`` naming one step: the process kills itself
@@ -30,13 +31,17 @@ ROOT = HERE.parent.parent
 DRIVER = HERE / "slicer_driver.py"
 
 CREATE_STEPS = {
-    "mig": ["journaled", "gpu_instance", "gpu_instance_recorded", "compute_instance", "cdi_written", "committed"],
+    "mig": ["journaled", "gpu_instance", "gpu_instance_recorded", "compute_instance", "compute_instance_recorded",
+            "cdi_written", "committed"],
     "tdm": ["journaled", "cdi_written", "committed"],
 }
 DELETE_STEPS = {
-    "mig": ["journaled", "compute_instance", "compute_instance_recorded", "gpu_instance", "cdi_removed"],
+    "mig": ["journaled", "compute_instance", "compute_instance_recorded", "gpu_instance", "gpu_instance_recorded",
+            "cdi_removed"],
     "tdm": ["journaled", "cdi_removed"],
 }
+# A restart's recovery finishes or rolls back a slice with the delete's steps, under its own names.
+RECOVER_STEPS = DELETE_STEPS["mig"][1:]
 
 
 def drive(state_dir: Path, *args: str, failpoint: str = "") -> subprocess.CompletedProcess[str]:
@@ -89,11 +94,30 @@ def test_sigkill_during_delete_then_restart_converges(tmp_path: Path, mode: str,
     assert set(slices) == set(kept)  # the deleted one finished, the other untouched
 
 
+@pytest.mark.parametrize("first", ["create", "delete"])
+@pytest.mark.parametrize("step", RECOVER_STEPS)
+def test_sigkill_during_the_recovery_of_a_crash_then_restart_converges(tmp_path: Path, first: str, step: str) -> None:
+    """A crash while a restart recovers from a crash: the first kill leaves a MIG slice half made (every
+    part made, not committed) or half deleted (nothing destroyed yet); the restart dies at one step of
+    finishing it; a third start converges."""
+    kept = table(drive(tmp_path, "create-mig"))["slices"]
+    if first == "create":
+        killed = drive(tmp_path, "create-mig", failpoint="slicer.create.cdi_written")
+    else:
+        (victim,) = set(table(drive(tmp_path, "create-mig"))["slices"]) - set(kept)
+        killed = drive(tmp_path, "delete", victim, failpoint="slicer.delete.journaled")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    recovering = drive(tmp_path, "none", failpoint=f"slicer.recover.{step}")
+    assert recovering.returncode == -signal.SIGKILL, recovering.stderr  # every step is reached: it died there
+    assert set(converged(tmp_path)) == set(kept)
+
+
 def test_a_failed_create_rolls_back_without_firing_the_delete_failpoints(tmp_path: Path) -> None:
     """The CDI spec cannot be written (its folder is a file): the MIG instance made is rolled back at
     once. Rolling back is not a delete asked for: the delete steps' failpoints, armed, do not fire."""
     (tmp_path / "cdi").write_text("")
-    run = drive(tmp_path, "create-mig", failpoint=",".join(f"slicer.delete.{step}" for step in DELETE_STEPS["mig"]))
+    armed = [f"slicer.{kind}.{step}" for kind in ("delete", "recover") for step in DELETE_STEPS["mig"]]
+    run = drive(tmp_path, "create-mig", failpoint=",".join(armed))
     after = table(run)
     assert after["error"].startswith("unavailable: creating the slice failed, nothing was kept")
     assert after["slices"] == {} and instances(tmp_path) == []
