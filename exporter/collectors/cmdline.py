@@ -6,7 +6,9 @@ or 16 times the label's length when that is more), whole arguments only — an a
 could hide a secret from the pattern (``postgres://bob:pw`` without its ``@``) —, then redacts and
 truncates to ``max_length``. The default pattern never backtracks across a run of name characters
 (one start per run, possessive tails), so its time is linear in what it reads: the former pattern
-started at every word boundary of a long argument and took 8.5 s for 20 KB.
+started at every word boundary of a long argument and took 8.5 s for 20 KB. Its other branches keep
+that: a URL's authority is read once from its ``://`` (it ends at the next ``/``), and mysql's
+option chain once from the argument before its program word (the chain never holds another one).
 """
 
 from __future__ import annotations
@@ -32,16 +34,35 @@ DEFAULT_CMDLINE_MAX_LENGTH = 256  # characters of the ``command`` label
 DEFAULT_INPUT_LIMIT = 4096  # characters of the command line read before redacting (at least)
 
 _SECRET_WORDS = r"(?:password|passwd|secret|token|key|credential)"
+_MYSQL_CLIENTS = r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mariadb-admin)"
 DEFAULT_CMDLINE_REDACT = (
     r"(?i)"
+    # mysql's -p<password> (case-sensitive: -P is the port). An empty match at the start of the
+    # argument before the client's program word, whose look-ahead captures the password, so the
+    # arguments it reads over stay open to the other branches. The program word is a whole argument
+    # (mysql, /usr/bin/mysql) in program position: first on the line, or after an argument that is
+    # not an option, or after "--" or a shell's -c ("--name mysql -p3306:3306" is docker's -p). Only
+    # options may stand between it and -p: attached (-uroot, --host=db) or a value-taking one and
+    # its value (-h db, --user root).
+    r"(?-i:(?<!\S)(?=(?:^|(?:--|-[a-z]*c|(?!-)\S++)\s++)(?:/[\w./-]*bin/)?"
+    + _MYSQL_CLIENTS
+    + r"(?:\s++(?:-[hPuDS]\s++(?!-)\S++|--(?:host|user|port|database|socket)\s++(?!-)\S++|(?!-p)-\S++))*+"
+    r"\s++-p(?P<value_mysql>\S+)))"
     # A flag or a NAME=value assignment whose name contains a secret word; a flag's value may also
-    # be the next argument: --password=x, -token=x, --token x, --db.password x, API_KEY=x,
-    # AWS_SECRET_ACCESS_KEY=x. A bare word is only redacted before "=", so "--model monkey" stays.
+    # be the next argument: --password=x, -token=x, --token x, --api-key:x, --db.password x,
+    # API_KEY=x, AWS_SECRET_ACCESS_KEY=x. A bare word is only redacted before "=" or before ": "
+    # (a header, "X-Api-Key: x"), so "--model monkey" and "keycloak:21" stay.
     # The name starts a run of name characters ([\w.-], after a flag's dashes) and is taken whole
     # (possessive): one attempt per run, not one per word boundary inside it.
-    r"(?<![\w.-])(?P<flag>--?)?\b(?=[\w.-]*?" + _SECRET_WORDS + r")[\w.-]++(?(flag)(?:=|\s+)|=)(?P<value>\S+)"
-    # Credentials in a URL: scheme://user:password@host
-    r"|://[^\s/:@]++:(?P<value_url>[^\s/@]++)@"
+    r"|(?<![\w.-])(?P<flag>--?)?\b(?=[\w.-]*?" + _SECRET_WORDS + r")[\w.-]++"
+    r"(?(flag)(?:=|:\s*|\s+)|(?:=|:\s+))(?P<value>\S+)"
+    # A header named like a secret right after curl's/wget's -H/--header: -H X-Api-Key:x
+    r"|(?:(?-i:(?<=-H\s))|(?<=--header[\s=]))(?=[\w.-]*?" + _SECRET_WORDS + r")[\w.-]++:\s*(?P<value_header>\S+)"
+    # Authorization and Proxy-Authorization headers: the scheme and the credential
+    r"|authorization\s*+:\s*+(?P<value_auth>(?:(?:bearer|basic|digest|negotiate|token)\s++)?\S+)"
+    # A URL's userinfo, up to the last "@" of the authority: scheme://user:password@host keeps the
+    # user name; scheme://token@host and scheme://:password@host lose all of it
+    r"|://(?:[^\s/?#:@]*+:)?(?P<value_url>[^\s/?#]+)@"
 )
 
 
