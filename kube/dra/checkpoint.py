@@ -19,19 +19,22 @@ must be an integer, got str '0'``). Optional fields (``share_id``,
 
 ``DirectoryLock`` holds ``<plugin dir>/driver.lock`` with flock(2) for the life of the process: a
 second driver on the same directory is refused at start (``DriverLocked``), and the lock dies with
-the process (no stale lock after a SIGKILL).
+the process (no stale lock after a SIGKILL). Holding it, the driver removes the temporary files of
+writers killed before their rename (``remove_leftovers``); ``load`` does not, for it also serves
+readers beside a running driver.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import DocumentError, load_json
-from runtimekit.fileio import write_atomically
+from runtimekit.fileio import remove_leftovers, write_atomically
 from runtimekit.process_lock import LockHeld, hold_lock
 from runtimekit.schema import check_type
 
@@ -135,10 +138,16 @@ class ClaimEntry:
 
 @dataclass
 class Checkpoint:
-    """The claims the driver prepared, by claim uid; every change is written before it returns."""
+    """The claims the driver prepared, by claim uid; every change is written before it returns.
+
+    Changes come from worker threads (the driver writes off its event loop), so each one holds a
+    lock across the change and its write: two at once are written one after the other, and the
+    file ends equal to ``claims``. Without it, one thread could write the claims before the other
+    thread's change and rename last, so the file would lack a change that memory holds."""
 
     path: Path
     claims: dict[str, ClaimEntry] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
@@ -171,30 +180,39 @@ class Checkpoint:
     def put(self, uid: str, entry: ClaimEntry) -> None:
         """Record ``entry`` for claim ``uid`` and write the file (OSError when it cannot be written:
         the record is then as it was)."""
-        before = self.claims.get(uid)
-        self.claims[uid] = entry
-        try:
-            self._write()
-        except BaseException:
-            self._restore(uid, before)
-            raise
+        with self._lock:
+            before = self.claims.get(uid)
+            self.claims[uid] = entry
+            try:
+                self._write()
+            except BaseException:
+                self._restore(uid, before)
+                raise
 
     def update_device(self, uid: str, device: DeviceEntry) -> None:
         """Replace the device at ``device.position`` of claim ``uid`` and write the file."""
-        entry = self.claims[uid]
-        devices = tuple(device if d.position == device.position else d for d in entry.devices)
-        self.put(uid, replace(entry, devices=devices))
+        with self._lock:
+            entry = self.claims[uid]
+            devices = tuple(device if d.position == device.position else d for d in entry.devices)
+            self.put(uid, replace(entry, devices=devices))
 
     def drop(self, uid: str) -> None:
         """Forget claim ``uid`` (nothing when unknown) and write the file."""
-        if uid not in self.claims:
-            return
-        before = self.claims.pop(uid)
-        try:
-            self._write()
-        except BaseException:
-            self._restore(uid, before)
-            raise
+        with self._lock:
+            if uid not in self.claims:
+                return
+            before = self.claims.pop(uid)
+            try:
+                self._write()
+            except BaseException:
+                self._restore(uid, before)
+                raise
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove the temporary files that writers killed before their rename left beside the file
+        (``runtimekit.fileio.remove_leftovers``); the names removed. For the driver only, holding
+        the plugin directory's lock: no other writer of the file is alive then."""
+        return remove_leftovers(self.path)
 
     def _restore(self, uid: str, entry: ClaimEntry | None) -> None:
         if entry is None:

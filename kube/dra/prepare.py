@@ -28,17 +28,21 @@ ListSlices only when ``slicer_enabled``: with the slicer off there are none (Lis
 UNAVAILABLE then), so unprepare, rollback and sweep go on with an empty list.
 
 One asyncio lock serialises every call (as the Go helper's ``Serialize`` does); the service holds
-the plugin directory's flock, so no second driver writes the same checkpoint. The checkpoint and
-the CDI specs are written (fsync included) in a thread, under that lock: the event loop answers the
-kubelet's other calls and the registration socket meanwhile.
+the plugin directory's flock, so no second driver writes the same checkpoint (and the preparer,
+made once it holds it, removes the temporary files of a killed writer). The checkpoint and the CDI
+specs are written (fsync included) in a thread, under that lock: the event loop answers the
+kubelet's other calls and the registration socket meanwhile. A call the kubelet gives up on keeps
+the lock until its thread's write is done (``_in_thread``), so the next call never writes beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from runtimekit._proto.runtimekit.v1 import node_pb2, service_pb2, slice_pb2
 from runtimekit.failpoints import failpoint
@@ -56,6 +60,7 @@ __all__ = ["ClaimPreparer", "Prepared"]
 
 log = logging.getLogger(__name__)
 _MIB = 1 << 20
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,28 @@ def _request(ref: ClaimRef, planned: Planned) -> service_pb2.CreateSliceRequest:
     return request
 
 
+async def _in_thread(func: Callable[..., _T], /, *args: Any) -> _T:
+    """``func(*args)`` in a worker thread, awaited to its end even when the caller is cancelled.
+
+    grpc.aio cancels a handler whose kubelet deadline passed, but a thread cannot be stopped: with
+    a bare ``await asyncio.to_thread`` the cancellation would leave ``async with self.lock`` at
+    once, and the kubelet's next call would write the checkpoint (or a CDI spec) from a second
+    thread while the first still writes — and could answer for a claim before its change is on
+    disk. So the cancellation waits for the thread, then goes on: the lock is released only once
+    the write is over. A failure of a write whose call was cancelled is logged (none awaits it).
+    """
+    job = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        while not job.done():
+            with suppress(asyncio.CancelledError):  # cancelled again: the thread still runs
+                await asyncio.wait((job,))
+        if not job.cancelled() and job.exception() is not None:
+            log.warning("a write whose call was cancelled failed: %s", job.exception())
+        raise
+
+
 class ClaimPreparer:
     """Prepares and unprepares claims for the kubelet (see the module doc)."""
 
@@ -97,6 +124,9 @@ class ClaimPreparer:
         self.reader = reader
         self.checkpoint = checkpoint
         self.lock = asyncio.Lock()
+        removed = checkpoint.remove_leftovers()  # the driver holds the plugin directory's lock
+        if removed:
+            log.info("removed %s: left by a checkpoint write killed before its rename", ", ".join(removed))
 
     # -- prepare -----------------------------------------------------------------------------------
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Prepared]:
@@ -150,23 +180,23 @@ class ClaimPreparer:
                                position=p.result.position, kind=p.kind, share_id=p.result.share_id or "",
                                cdi_ids=(device_id(ref.uid, p.result.device),) if p.kind == "nic" else p.cdi_ids)
                    for p in planned]
-        await asyncio.to_thread(self.checkpoint.put, ref.uid, ClaimEntry(ref.namespace, ref.name, STARTED, tuple(devices)))
+        await _in_thread(self.checkpoint.put, ref.uid, ClaimEntry(ref.namespace, ref.name, STARTED, tuple(devices)))
         failpoint("dra.prepare.started")
         makes = [(p, d) for p, d in zip(planned, devices, strict=True) if p.makes_slice]
         if makes:
             owned = self._owned(ref.uid, await self._agent_slices())
             for p, device in makes:
                 made = await self._ensure_slice(ref, p, owned.get(p.result.position, []))
-                await asyncio.to_thread(self.checkpoint.update_device, ref.uid,
-                                        replace(device, slice_id=made.id, cdi_ids=(made.cdi_device,)))
+                await _in_thread(self.checkpoint.update_device, ref.uid,
+                                 replace(device, slice_id=made.id, cdi_ids=(made.cdi_device,)))
                 failpoint("dra.prepare.slice_recorded")
             await self._delete_doubles(ref)
         nics = [NicDevice(p.result.device, p.nic, p.device_nodes) for p in planned if p.kind == "nic"]
         if nics:
-            await asyncio.to_thread(write_claim_spec, self.config.cdi_dir, ref.uid, nics)
+            await _in_thread(write_claim_spec, self.config.cdi_dir, ref.uid, nics)
             failpoint("dra.prepare.cdi_written")
         entry = self.checkpoint.claims[ref.uid]
-        await asyncio.to_thread(self.checkpoint.put, ref.uid, replace(entry, state=COMPLETED))
+        await _in_thread(self.checkpoint.put, ref.uid, replace(entry, state=COMPLETED))
         failpoint("dra.prepare.completed")
         log.info("prepared %s: %s", ref, ", ".join(f"{d.device} -> {' '.join(d.cdi_ids) or 'no CDI device'}"
                                                    for d in entry.devices) or "no device of this driver")
@@ -262,11 +292,11 @@ class ClaimPreparer:
             for made in group:
                 await self._delete_slice(made.id)
                 failpoint("dra.unprepare.slice_deleted")
-        if await asyncio.to_thread(remove_claim_spec, self.config.cdi_dir, uid):
+        if await _in_thread(remove_claim_spec, self.config.cdi_dir, uid):
             failpoint("dra.unprepare.cdi_removed")
         if uid in self.checkpoint.claims:
             entry = self.checkpoint.claims[uid]
-            await asyncio.to_thread(self.checkpoint.drop, uid)
+            await _in_thread(self.checkpoint.drop, uid)
             failpoint("dra.unprepare.dropped")
             log.info("unprepared claim %s/%s (%s)", entry.namespace, entry.name, uid)
 
