@@ -22,7 +22,9 @@ wording or clean-sample progress, which would make it a write per sample). On lo
 different from the saved one is reported as ``boot_id_changed`` so the machine clears what a
 reboot clears (and logs it); while the agent runs, ``check_boot_id`` reads the boot id again (the
 checker calls it every few seconds) and reports a change the same way, so a reboot the agent did
-not see (``runtimekit sim reboot``) still counts.
+not see (``runtimekit sim reboot``) still counts. Load also removes the temporary files of writes
+killed before their rename (each one up to ``MAX_STATE_BYTES``, a new one per crash): the agent
+loads only once it holds the state directory's lock, so no writer of them is alive.
 
 **A file it cannot read fails safe.** The file exists to remember GPUs known to be bad, so losing
 it must never make one good. A file that cannot be read (by the rules of ``statefile``, or for an
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimekit.documents import load_json_file
-from runtimekit.fileio import write_atomically
+from runtimekit.fileio import remove_leftovers, write_atomically
 from runtimekit.healthcheck.detectors import DURABLE
 from runtimekit.healthcheck.machine import MachineInput, MachineState, step
 from runtimekit.healthcheck.statefile import (
@@ -158,8 +160,12 @@ class HealthStore:
 
     def load(self) -> Loaded:
         """The saved state; an empty one when there is no file; the *state unknown* one (module
-        docstring) when the file, or a GPU entry in it, cannot be read."""
+        docstring) when the file, or a GPU entry in it, cannot be read. Call it holding the state
+        directory's lock: it removes the temporary files killed writers left."""
         boot_id = self._boot_id = self.read_boot_id()
+        removed = remove_leftovers(self.path)
+        if removed:
+            log.info("removed %s: left by a health state write killed before its rename", ", ".join(removed))
         try:
             doc = load_json_file(self.path, what=str(self.path), max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH)
             state, expected, saved_boot_id, bad_gpus = decode(doc)
