@@ -58,6 +58,11 @@ class LostCardThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class InforomThresholds:
+    """No thresholds: an InfoROM that fails its checksum is a warning at once."""
+
+
+@dataclass(frozen=True, slots=True)
 class EccThresholds:
     retired_pages_limit: int = setting(REQUIRED, "retired pages at which the GPU is past saving", between(1, 64))
     remapped_rows_uncorrectable_limit: int = setting(
@@ -144,6 +149,7 @@ class Thresholds:
     compute_mode: ComputeModeThresholds
     thermal_power: ThermalPowerThresholds
     pcie: PcieThresholds
+    inforom: InforomThresholds
     slices: SlicesThresholds
 
 

@@ -73,7 +73,8 @@ class SamplingConfig:
     interval_seconds: float = setting(1.0, "seconds between NVML sampling cycles", between(0.1, 60))
     timeout_seconds: float = setting(10.0, "a cycle still running after this long is reported stuck", between(0.5, 300))
     limits_refresh_seconds: float = setting(
-        60.0, "seconds between re-reads of rarely changing values (max clocks, thresholds)", between(1, 3600)
+        60.0, "seconds between re-reads of rarely changing values (max clocks, thresholds, InfoROM validity)",
+        between(1, 3600)
     )
     nvml_retry_seconds: float = setting(
         10.0, "seconds between attempts to initialise NVML while it is unavailable", between(0.1, 600)

@@ -11,7 +11,7 @@ process_memory_growth), driver (nvml_down, nvml_errors, xid_<code>, xid_<code>_r
 recovery_<action>), nvlink (nvlink_down, nvlink_recovery_errors, nvlink_errors,
 nvlink_error_storm), compute_mode (compute_mode_prohibited, compute_mode_drift), thermal_power
 (thermal_slowdown, thermal_slowdown_sustained, power_brake), pcie (pcie_width_degraded,
-pcie_generation_degraded), slices (slice_memory_over_quota, slice_compute_over_share: on a slice,
+pcie_generation_degraded, pcie_replay_rate), inforom (inforom_corrupted), slices (slice_memory_over_quota, slice_compute_over_share: on a slice,
 held by the slice machine, healthcheck/slices.py). Severity, action, class and clearing of each: ``healthcheck/policy.yaml``.
 """
 
@@ -28,6 +28,7 @@ from ._common import readable_gpus
 from .compute_mode import compute_mode
 from .driver import driver
 from .ecc import ecc
+from .inforom import inforom
 from .lost_card import lost_card
 from .memory_leak import memory_leak
 from .nvlink import nvlink
@@ -44,7 +45,7 @@ DURABLE: dict[str, tuple[str, ...]] = {
 }
 
 DETECTORS: tuple[Detector, ...] = (
-    lost_card, driver, ecc, nvlink, memory_leak, thermal_power, pcie, compute_mode, slices,  # type: ignore[assignment]
+    lost_card, driver, ecc, nvlink, memory_leak, thermal_power, pcie, compute_mode, inforom, slices,  # type: ignore[assignment]
 )
 
 

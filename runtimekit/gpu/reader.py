@@ -223,6 +223,7 @@ class NodeReader:
             pcie_max_generation=call("nvmlDeviceGetMaxPcieLinkGeneration", handle),
             pcie_max_width=call("nvmlDeviceGetMaxPcieLinkWidth", handle),
             nvlink_count=_map(link_count, int),
+            inforom_valid=_inforom_valid(call("nvmlDeviceValidateInforom", handle)),
         )
 
     # -- per cycle -----------------------------------------------------------------------------
@@ -345,6 +346,14 @@ def _performance_state(value: int) -> Reading[int]:
     if value == pynvml.NVML_PSTATE_UNKNOWN:
         return Unavailable("not_supported", "nvmlDeviceGetPerformanceState: NVML_PSTATE_UNKNOWN")
     return int(value) if value in range(16) else Unavailable("error", f"nvmlDeviceGetPerformanceState: unknown nvmlPstates_t {value}")
+
+
+def _inforom_valid(answer: None | Unavailable) -> Reading[bool]:
+    """nvmlDeviceValidateInforom answers nothing when the InfoROM's checksum holds, and
+    NVML_ERROR_CORRUPTED_INFOROM when it does not: a reading, not a failed call."""
+    if isinstance(answer, Unavailable):
+        return False if (answer.detail or "").endswith("NVML_ERROR_CORRUPTED_INFOROM") else answer
+    return True
 
 
 def _recovery_action(value: float | int) -> str:

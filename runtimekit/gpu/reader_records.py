@@ -40,7 +40,7 @@ def limits_read_at(fresh: GpuLimits, now: float, before: float = float("-inf")) 
 
 def unreadable_snapshot(index: int, now: float, why: Unavailable, lost: bool = False) -> GpuSnapshot:
     identity = GpuIdentity(why, why, why, why, why, why, why, why)
-    limits = GpuLimits(why, why, why, why, why, why, why, why, why, why, why, why)
+    limits = GpuLimits(why, why, why, why, why, why, why, why, why, why, why, why, why)
     return GpuSnapshot(
         index, identity, limits, now, lost, None, None, None, None, None, None, None, None, None, (), None, (),
         (("device", why.detail or why.reason),),

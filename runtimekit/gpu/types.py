@@ -95,6 +95,9 @@ class GpuLimits:
     pcie_max_generation: Reading[int]  # the system-limited maximum (nvmlDeviceGetMaxPcieLinkGeneration)
     pcie_max_width: Reading[int]  # lanes
     nvlink_count: Reading[int]  # links the device has (NVML_FI_DEV_NVLINK_LINK_COUNT)
+    # The InfoROM passed its checksum (nvmlDeviceValidateInforom succeeded); False when NVML answered
+    # NVML_ERROR_CORRUPTED_INFOROM. The InfoROM holds the ECC and row-remap records and the config.
+    inforom_valid: Reading[bool] = NOT_SUPPORTED
 
 
 @dataclass(frozen=True, slots=True)

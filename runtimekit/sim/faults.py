@@ -199,6 +199,8 @@ FAULT_KINDS: Mapping[str, FaultSpec] = MappingProxyType(
                 "HW thermal slowdown: reasons gain 0x8|0x40, temperature near slowdown, SM clock cut",
             ),
             FaultSpec("power-brake", "HW power brake: reasons gain 0x8|0x80, clocks cut"),
+            FaultSpec("inforom-corrupt", "the InfoROM fails its checksum: nvmlDeviceValidateInforom answers "
+                      "NVML_ERROR_CORRUPTED_INFOROM"),
             FaultSpec(
                 "recovery-action",
                 "the driver announces the recovery it needs: field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) "

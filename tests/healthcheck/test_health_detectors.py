@@ -81,7 +81,8 @@ def single(detector, snapshot, previous=None, **kw):
 
 def test_registry_names_are_unique_and_complete() -> None:
     names = [d.name for d in DETECTORS]
-    assert names == ["lost_card", "driver", "ecc", "nvlink", "memory_leak", "thermal_power", "pcie", "compute_mode", "slices"]
+    assert names == ["lost_card", "driver", "ecc", "nvlink", "memory_leak", "thermal_power", "pcie", "compute_mode", "inforom",
+                     "slices"]
     assert len(set(names)) == len(names)
 
 

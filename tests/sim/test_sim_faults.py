@@ -14,7 +14,7 @@ def test_every_kind_has_a_test():
     assert set(FAULT_KINDS) == {
         "xid", "ecc-uncorrectable", "row-remap-pending", "row-remap-failure", "gpu-lost", "nvlink-down",
         "nvlink-crc", "compute-mode", "memory-leak", "driver-error", "thermal-slowdown", "power-brake",
-        "pcie-downtrain", "ecc-contained", "nvlink-recovery", "recovery-action", "pcie-replays",
+        "pcie-downtrain", "ecc-contained", "nvlink-recovery", "recovery-action", "pcie-replays", "inforom-corrupt",
     }  # ecc-contained, nvlink-recovery and the NVLink replay coupling: test_sim_fault_couplings.py;
     # recovery-action: tests/gpu/test_gpu_recovery_action.py and test_recovery_action_delivers_xid_154 here
 
@@ -120,6 +120,16 @@ def test_pcie_replays_grow_at_rate_and_stay(nvml, node, clock):
     node.clear(4, "pcie-replays")
     clock.advance(4)
     assert N.nvmlDeviceGetPcieReplayCounter(h) == 10  # a counter: stops, never goes back
+
+
+def test_inforom_corrupt_fails_its_validation_on_that_gpu_only(nvml, node):
+    assert N.nvmlDeviceValidateInforom(H(5)) is None
+    node.inject(5, "inforom-corrupt")
+    with pytest.raises(N.NVMLError_CorruptedInforom):
+        N.nvmlDeviceValidateInforom(H(5))
+    assert N.nvmlDeviceValidateInforom(H(4)) is None
+    node.clear(5, "inforom-corrupt")
+    assert N.nvmlDeviceValidateInforom(H(5)) is None
 
 
 def test_compute_mode(nvml, node):

@@ -168,6 +168,11 @@ class FaultsPart(NodeCore):
         f = g.faults.get((kind,))
         return f["params"] if f else None
 
+    def inforom_corrupt(self, gpu: int) -> bool:
+        """Whether GPU ``gpu``'s InfoROM fails its checksum (the ``inforom-corrupt`` fault)."""
+        with self._lock:
+            return self._fault(self._gpus[gpu], "inforom-corrupt") is not None
+
     def recovery_action(self, gpu: int) -> int:
         """The driver's announced recovery action for ``gpu`` (nvmlDeviceGpuRecoveryAction_t; 0: none)."""
         with self._lock:

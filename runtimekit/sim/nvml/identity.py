@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import NOT_SUPPORTED, SUCCESS, _device, _fill_pci, _LibraryBase, _obj, _out, _put_str, _v
+from ._base import CORRUPTED_INFOROM, NOT_SUPPORTED, SUCCESS, _device, _fill_pci, _LibraryBase, _obj, _out, _put_str, _v
 
 __all__ = ["IdentityMixin"]
 
@@ -127,3 +127,7 @@ class IdentityMixin(_LibraryBase):
     def nvmlDeviceGetComputeMode(self, gpu: int, ref: Any) -> int:
         _out(ref, self.node.compute_mode(gpu))
         return SUCCESS
+
+    @_device
+    def nvmlDeviceValidateInforom(self, gpu: int) -> int:
+        return CORRUPTED_INFOROM if self.node.inforom_corrupt(gpu) else SUCCESS
