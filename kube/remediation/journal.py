@@ -5,7 +5,16 @@ seen again with the same (fingerprint, startsAt, status) changes nothing. Pendin
 found again after a restart. Each action's outcome is written in the same transaction that marks
 it done, failed or skipped. Methods are blocking: call them from an executor thread.
 
-``Journal(path)`` creates the file (not its folder); ``reset_breaker(path)`` only opens an existing
+A resolved alert skips only the actions whose step has not begun (``attempts = 0``): a step that
+began — running now, or interrupted by a crash and due to run again — runs to its recorded outcome
+(done or failed), which the breaker and the cooldown count. Else a spare node requested, or a node
+cordoned, while its alert resolved would be journaled "skipped" and escape them. The attempts
+counter is the marker: ``begin_attempt`` commits it before the step acts, and refuses an action no
+longer pending, so a resolution and a beginning step cannot cross under the journal's lock (a
+separate "running" column would say nothing more, and would need clearing after a crash).
+
+``Journal(path)`` creates the file (not its folder), stamped with the schema version, and refuses a
+file of another schema (journal_file.check_schema); ``reset_breaker(path)`` only opens an existing
 journal (journal_file.py: what can be opened, and the errors that say why not) and changes nothing
 but the breaker: ``JournalUnwritable`` when this process may not write it.
 
@@ -30,7 +39,17 @@ from typing import Any
 
 from runtimekit.sqlite_errors import cannot_write
 
-from .journal_file import BUSY_SECONDS, JournalError, check_writable, connect_existing, unwritable_error, write_lock_refused
+from .journal_file import (
+    BUSY_SECONDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    JournalError,
+    check_schema,
+    check_writable,
+    connect_existing,
+    unwritable_error,
+    write_lock_refused,
+)
 from .payload import Alert
 
 STATES = ("pending", "done", "failed", "skipped")
@@ -38,38 +57,6 @@ DISRUPTIVE = ("cordon", "taint", "drain", "replace")
 UNDO = {"cordon": "uncordon", "taint": "untaint"}
 UNDOES = {undo: step for step, undo in UNDO.items()}
 PROBE_SECONDS = 0.5  # the readiness probe's wait: below a Kubernetes probe's default 1 s timeout
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS alerts (
-    fingerprint TEXT NOT NULL,
-    starts_at TEXT NOT NULL,
-    status TEXT NOT NULL,
-    labels TEXT NOT NULL,
-    received_at REAL NOT NULL,
-    UNIQUE (fingerprint, starts_at)
-);
-CREATE TABLE IF NOT EXISTS actions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    fingerprint TEXT NOT NULL,
-    starts_at TEXT NOT NULL,
-    node TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'failed', 'skipped')),
-    attempts INTEGER NOT NULL DEFAULT 0,
-    idempotency_key TEXT NOT NULL UNIQUE,
-    result TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS actions_state ON actions (state, id);
-CREATE TABLE IF NOT EXISTS breaker (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    open INTEGER NOT NULL,
-    reason TEXT NOT NULL,
-    changed_at REAL NOT NULL
-);
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Action:
@@ -111,7 +98,9 @@ def idempotency_key(fingerprint: str, starts_at: str, node: str, kind: str) -> s
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating if needed) the journal at ``path``; its folder must exist."""
+    """Open (creating if needed) the journal at ``path``; its folder must exist. A new journal,
+    or one an older build made before the version stamp, is stamped with SCHEMA_VERSION; one of
+    another schema is refused (journal_file.check_schema)."""
     folder = Path(path).parent
     if not folder.is_dir():
         raise JournalError(f"{path}: the folder {folder} does not exist (create it, or mount the volume)")
@@ -123,12 +112,18 @@ def connect(path: str | Path) -> sqlite3.Connection:
         raise JournalError(f"{path}: cannot open: {error}") from error
     check_writable(conn, path)
     try:
+        stamp = check_schema(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
+        if stamp:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.Error as error:
         conn.close()
         raise JournalError(f"{path}: not a usable remediation journal: {error}") from error
+    except JournalError:
+        conn.close()
+        raise
     return conn
 
 
@@ -213,9 +208,9 @@ class Journal:
                                  (alert.status, *key))
                 if alert.status == "firing":
                     steps = planned[1] if planned else []
-                else:  # resolved: undo only what this alert's ladder did; skip what never ran
+                else:  # resolved: undo only what this alert's ladder did; skip what never began
                     conn.execute("UPDATE actions SET state = 'skipped', result = ?, updated_at = ? "
-                                 "WHERE fingerprint = ? AND starts_at = ? AND state = 'pending'",
+                                 "WHERE fingerprint = ? AND starts_at = ? AND state = 'pending' AND attempts = 0",
                                  (json.dumps({"reason": "alert resolved before the step ran"}), now, *key))
                     done = {r[0] for r in conn.execute(
                         "SELECT kind FROM actions WHERE fingerprint = ? AND starts_at = ?", key)}
@@ -249,12 +244,19 @@ class Journal:
                                       "ORDER BY id", (action.fingerprint, action.starts_at)).fetchall()
         return [_action(r) for r in rows]
 
-    def begin_attempt(self, action_id: int, now: float) -> None:
+    def begin_attempt(self, action_id: int, now: float) -> bool:
+        """Record that the step of a pending action begins (committed before it acts); False, and
+        nothing changed, when the action is no longer pending (its alert resolved since the worker
+        read it): the step must not run."""
         with self._lock, _tx(self._conn) as conn:
-            conn.execute("UPDATE actions SET attempts = attempts + 1, updated_at = ? WHERE id = ?", (now, action_id))
+            cursor = conn.execute("UPDATE actions SET attempts = attempts + 1, updated_at = ? "
+                                  "WHERE id = ? AND state = 'pending'", (now, action_id))
+            return cursor.rowcount == 1
 
     def finish(self, action_id: int, state: str, result: Any, now: float) -> bool:
-        """Mark a pending action done/failed/skipped with its result; False if it was no longer pending."""
+        """Mark a pending action done/failed/skipped with its result; False if it was no longer
+        pending. A begun step's row stays pending until this (a resolution skips only steps with
+        no attempt), so False there means the journal was changed by something else."""
         assert state in STATES and state != "pending"
         with self._lock, _tx(self._conn) as conn:
             cursor = conn.execute("UPDATE actions SET state = ?, result = ?, updated_at = ? "

@@ -10,7 +10,11 @@ the web configuration file by the listener's gate (``runtimekit.webconfig.Guard`
 The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
 transaction that marks it done. The replacement call carries the action's idempotency key, so a
 crash between the call and the commit leads to a retry the receiver can recognise; a step started
-``max_step_runs`` times without finishing fails instead of running again. An undo step
+``max_step_runs`` times without finishing fails instead of running again. A step that began runs
+to its outcome though its alert resolves meanwhile (journal.py); one whose alert resolved after the
+worker read it, before it began, is not run. An outcome the journal cannot record (the action no
+longer pending: changed by something else) is logged as a warning with the outcome and counted in
+``runtimekit_remediation_outcomes_not_recorded_total``, never dropped in silence. An undo step
 (uncordon, untaint) is given the other alerts on its node that still fire, whose need it keeps
 (holds.py). A drain
 waiting on a PodDisruptionBudget holds the worker for at most ``drain.timeout_seconds``; a failed
@@ -158,6 +162,10 @@ async def get_metrics(request: web.Request) -> web.Response:
         "# HELP runtimekit_remediation_actions Journaled actions by kind and state (read from the journal).",
         "# TYPE runtimekit_remediation_actions gauge",
         *(f'runtimekit_remediation_actions{{kind="{k}",state="{s}"}} {n}' for (k, s), n in sorted(counts.items())),
+        "# HELP runtimekit_remediation_outcomes_not_recorded_total Step outcomes the journal could not "
+        "record: the action was no longer pending when its step finished (each logged as a warning).",
+        "# TYPE runtimekit_remediation_outcomes_not_recorded_total counter",
+        f"runtimekit_remediation_outcomes_not_recorded_total {counters['outcomes_not_recorded']}",
         "# HELP runtimekit_remediation_breaker_open 1 while the circuit breaker is open.",
         "# TYPE runtimekit_remediation_breaker_open gauge",
         f"runtimekit_remediation_breaker_open {int(is_open)}",
@@ -180,8 +188,9 @@ class Worker:
     """Executes pending actions in ladder order; one action at a time."""
 
     def __init__(self, config: RemediationConfig, journal: Journal, steps: steps_module.Steps,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, counters: Counter | None = None) -> None:
         self.config, self.journal, self.steps, self.clock = config, journal, steps, clock
+        self.counters = Counter() if counters is None else counters  # the app's: /metrics shows them
         self.policy = BreakerPolicy(config.breaker.max_nodes, config.breaker.max_percent,
                                     config.breaker.window_seconds, config.breaker.min_nodes)
 
@@ -193,16 +202,24 @@ class Worker:
             received_at, labels = alert if alert else (action.created_at, {})
             if self.clock() < received_at + self.config.action_delay_seconds:
                 continue
-            state, result = await self._execute(action, labels)
+            outcome = await self._execute(action, labels)
+            if outcome is None:
+                continue
+            state, result = outcome
             if await asyncio.to_thread(self.journal.finish, action.id, state, result, self.clock()):
                 finished += 1
                 _log_outcome(action, state, result)
+            else:
+                self.counters["outcomes_not_recorded"] += 1
+                log.warning("action %s %s on %s was no longer pending when its step finished; its outcome, "
+                            "not recorded in the journal: %s %s", action.id, action.kind, action.node, state, result)
         return finished
 
-    async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
-        """The action's outcome: (state, result). A step that fails — the Kubernetes API refused or
-        was not reached, the breaker could not count the nodes — is "failed" with a one-line
-        error; only a journal error is raised (the loop reports it, the action stays pending)."""
+    async def _execute(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
+        """The action's outcome: (state, result), or None when its alert resolved before the step
+        began (nothing ran, the journal says skipped). A step that fails — the Kubernetes API
+        refused or was not reached, the breaker could not count the nodes — is "failed" with a
+        one-line error; only a journal error is raised (the loop reports it, the action stays pending)."""
         siblings = await asyncio.to_thread(self.journal.siblings, action)
         # A forward step needs the earlier ones done (or described, in a dry run); an undo step
         # (uncordon, untaint) always runs: it looks at the node, whatever the journal says, and
@@ -223,8 +240,9 @@ class Worker:
             log.exception("action %s %s on %s failed", action.id, action.kind, action.node)
             return "failed", {"error": f"{type(error).__name__}: {str(error)[:500]}"}
 
-    async def _attempt(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
-        """The gate, then the step (or its description, in a dry run)."""
+    async def _attempt(self, action: Action, labels: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
+        """The gate, then the step (or its description, in a dry run); None when the action is no
+        longer pending as the step would begin (journal.begin_attempt)."""
         if action.kind in DISRUPTIVE:
             gate = await self._gate(action, self.clock())
             if gate is not None:
@@ -235,7 +253,10 @@ class Worker:
             return "failed", {"error": f"started {action.attempts} times without finishing (the service stopped "
                                        f"while it ran); max_step_runs {self.config.max_step_runs} reached, "
                                        "not run again"}
-        await asyncio.to_thread(self.journal.begin_attempt, action.id, self.clock())
+        if not await asyncio.to_thread(self.journal.begin_attempt, action.id, self.clock()):
+            log.info("action %s %s on %s: its alert resolved before the step began; not run", action.id,
+                     action.kind, action.node)
+            return None
         needed = await asyncio.to_thread(self.journal.still_needed, action) if action.kind in UNDOES else []
         return "done", await self.steps.run(action, labels, needed)
 
@@ -332,7 +353,8 @@ def make_app(config: RemediationConfig, nodes: NodeApi | None = None) -> web.App
     @asynccontextmanager
     async def worker_context(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession() as session:
-            worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, replacement_token))
+            worker = Worker(config, app[JOURNAL], steps_module.Steps(config, node_api, session, replacement_token),
+                            counters=counters)
             task = asyncio.create_task(worker.loop(), name="remediation-worker")
             try:
                 yield
