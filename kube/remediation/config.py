@@ -39,7 +39,9 @@ LABEL_KEYS = ("node_label", "action_label", "gpu_uuid_label", "gpu_index_label",
 
 def _url(value: str) -> str | None:
     """Why ``value`` cannot be the spare-node webhook, or None: an http:// or https:// URL with a
-    host, a port 1-65535 if it names one, no white space or control character."""
+    host, a port 1-65535 if it names one, no white space or control character, and no credentials
+    (``user:password@``): they would be copied wherever the URL is (the journal's dry-run records,
+    logs); a secret belongs in ``replacement.token_file``."""
     if any(char.isspace() or unicodedata.category(char) == "Cc" for char in value):
         return "must not contain spaces or control characters"
     try:
@@ -50,6 +52,8 @@ def _url(value: str) -> str | None:
         return "must be an http:// or https:// URL"
     if not parts.hostname:
         return "must name a host (http://HOST[:PORT]/PATH)"
+    if "@" in parts.netloc:
+        return "must not hold credentials (USER:PASSWORD@ in the URL): put a token in replacement.token_file"
     try:
         port = parts.port
     except ValueError:  # not a number, or over 65535

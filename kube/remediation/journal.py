@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
@@ -106,6 +107,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         raise JournalError(f"{path}: the folder {folder} does not exist (create it, or mount the volume)")
     if Path(path).exists() and not Path(path).is_file():
         raise JournalError(f"{path}: must be a file, not a folder or device")
+    _create_private(Path(path))
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_SECONDS)
     except sqlite3.Error as error:
@@ -125,6 +127,19 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _create_private(path: Path) -> None:
+    """Create the journal file readable by its owner only (0600, whatever the umask) when it does
+    not exist: it holds the alerts' labels and the actions' results. SQLite gives its -wal and -shm
+    files the database file's mode. An existing file is left as it is."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise JournalError(f"{path}: cannot create: {error.strerror or error}") from error
+    os.chmod(path, 0o600)  # exactly 0600: a umask may also have cleared the owner's bits
 
 
 def reset_breaker(path: str | Path, now: float, who: str = "operator") -> bool:

@@ -186,6 +186,9 @@ def test_taint_keys_kubernetes_accepts_are_accepted(value):
     ("http:///x", "replacement.url: must name a host"),
     ("ftp://host/x", "replacement.url: must be an http:// or https:// URL"),
     ("https://host/x\ty", "replacement.url: must not contain spaces"),
+    ("https://user:secret@spare.example.com/r", "replacement.url: must not hold credentials"),
+    ("https://ghp_token@spare.example.com/r", "replacement.url: must not hold credentials"),
+    ("https://:secret@spare.example.com/r", "replacement.url: must not hold credentials"),
 ])
 def test_a_replacement_url_no_request_can_go_to_is_refused_at_load(value, message):
     with pytest.raises(ConfigError, match=message):

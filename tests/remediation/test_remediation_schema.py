@@ -11,7 +11,9 @@ are version 1's (made before the stamp existed; the layout has not changed since
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,20 @@ def test_a_journal_made_before_the_version_stamp_is_adopted(tmp_path):
         assert journal.breaker_state() == (True, "too many")
     finally:
         journal.close()
+
+
+def test_a_new_journal_and_its_wal_are_readable_by_their_owner_only(tmp_path):
+    """The journal holds the alerts' labels and the actions' results (what was asked of whom):
+    0600 whatever the umask, its -wal file too; an existing file's mode is left as it is."""
+    old = os.umask(0o022)
+    try:
+        journal = Journal(tmp_path / "j.db")
+        journal.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "j.db").stat().st_mode) == 0o600
+    wal = [p for p in tmp_path.iterdir() if p.name.endswith("-wal")]
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in wal)
+    (tmp_path / "j.db").chmod(0o640)  # the operator's choice for an existing journal
+    Journal(tmp_path / "j.db").close()
+    assert stat.S_IMODE((tmp_path / "j.db").stat().st_mode) == 0o640
