@@ -61,7 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except DriverLocked as error:
         return fail(EXIT_FAILURE, str(error))
     except CheckpointError as error:
-        return fail(EXIT_FAILURE, f"cannot read the checkpoint: {error}")
+        return fail(EXIT_FAILURE, f"cannot read the checkpoint: {error} (do not delete it to start: without it the "
+                                  "driver deletes every slice it made, those of running pods included; see docs/dra.md)")
     except PluginSocketError as error:
         return fail(EXIT_FAILURE, f"cannot serve the kubelet sockets: {error}")
     return 0

@@ -86,7 +86,8 @@ def test_a_checkpoint_this_version_cannot_read_exits_1(tmp_path: Path, capsys: p
     code, err = run(capsys, "--config", str(config))
     assert code == 1
     assert err.strip() == (f"runtimekit: cannot read the checkpoint: {tmp_path}/plugin/checkpoint.json: version 2, "
-                           "this driver reads version 1 only")
+                           "this driver reads version 1 only (do not delete it to start: without it the driver deletes "
+                           "every slice it made, those of running pods included; see docs/dra.md)")
     assert not (tmp_path / "registry").exists() or list((tmp_path / "registry").iterdir()) == []  # never registered
 
 
