@@ -7,7 +7,8 @@ seconds until Ctrl-C (or ``--iterations`` frames); ``-o json`` prints the docume
 A secured agent (docs/security.md) is read over HTTPS with ``--ca-file`` (the CA that signed the
 agent's certificate) and ``--client-cert``/``--client-key`` (mutual TLS); its basic auth user and
 password come from the environment, ``RUNTIMEKIT_USERNAME`` and ``RUNTIMEKIT_PASSWORD`` (never a
-flag: a command line is visible to every user of the machine).
+flag: a command line is visible to every user of the machine). No redirect is followed (the agent
+never sends one; following it would send the password wherever the ``Location`` points).
 
 The head line says how old the sample and the attribution are by the agent's clock (``age_seconds``),
 and ``STALE`` with a warning line where the agent says a part is older than a few sampling intervals.
@@ -154,13 +155,30 @@ def _reason(error: OSError | ssl.SSLError) -> str:
     return error.strerror or str(error)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the 3xx answer is then an ``HTTPError``. The agent never redirects, and
+    urllib's own handler would send the ``Authorization`` header on to any host the ``Location``
+    names (https to http too), so a wrong or spoofed ``--address`` would hand over the password."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        return None
+
+
 def fetch_node(url: str, timeout: float, access: Access = Access()) -> dict[str, Any]:
-    """The agent's node document; ``StatusError`` naming the URL and the cause otherwise."""
+    """The agent's node document; ``StatusError`` naming the URL and the cause otherwise (a
+    redirect too, naming where it points: it is not followed)."""
     request = urllib.request.Request(url, headers={"Authorization": access.authorization} if access.authorization else {})
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=access.ssl_context), _NoRedirect)
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=access.ssl_context) as response:
+        with opener.open(request, timeout=timeout) as response:
             body = response.read()
     except urllib.error.HTTPError as error:
+        location = error.headers.get("Location")
+        if 300 <= error.code < 400 and location is not None:
+            raise StatusError(
+                f"the agent at {url} answered a redirect (HTTP {error.code}) to {location}; runtimekit status "
+                "follows no redirect (an agent never sends one: is --address right?)") from None
         hint = ""
         if error.code == 401:
             hint = (f" (set {USERNAME_VARIABLE} and {PASSWORD_VARIABLE})" if access.authorization is None

@@ -253,12 +253,14 @@ class ApiConfig:
     enabled: bool = setting(True, "serve the gRPC API")
     socket: str | None = setting(None, "the unix socket, mode 0600 (None: STATE_DIR/runtimekit.sock)", file_path)
     tcp_listen: str | None = setting(
-        None, "HOST:PORT for gRPC over TCP, TLS only, from the web configuration file (None: unix socket only)",
+        None, "HOST:PORT for gRPC over TCP, TLS and a client credential only, from the web configuration file "
+        "(None: unix socket only)",
         listen_address,
     )
     web_config_file: str | None = setting(
         None, "the TCP port's web configuration file (TLS, client certificates, basic auth users; None: "
-        "listener.web_config_file); it must have a tls_server_config", file_path,
+        "listener.web_config_file); it must have a tls_server_config, and basic_auth_users or client_auth_type "
+        "RequireAndVerifyClientCert", file_path,
     )
 
 
@@ -347,10 +349,14 @@ def check_web_config_file(path: str | None, key: str) -> None:
 
 
 def check_grpc_port(path: str | None, key: str) -> None:
-    """ConfigError unless the gRPC TCP port can serve the web configuration file at ``path``."""
+    """ConfigError unless the gRPC TCP port can serve the web configuration file at ``path``: TLS
+    that grpcio can honour, and a credential asked of every client (the port changes the GPUs;
+    ``runtimekit.webconfig.grpc_port.check_grpc_port_config``)."""
     if path is None:
-        raise ConfigError("api.tcp_listen: needs a web configuration file with a tls_server_config "
-                          "(listener.web_config_file or api.web_config_file): the TCP port is TLS only")
+        raise ConfigError("api.tcp_listen: needs a web configuration file with a tls_server_config and "
+                          "basic_auth_users or client_auth_type: RequireAndVerifyClientCert "
+                          "(listener.web_config_file or api.web_config_file): the TCP port is TLS only and "
+                          "changes the GPUs")
     from runtimekit.webconfig import load_web_config
     from runtimekit.webconfig.grpc_port import check_grpc_port_config
 

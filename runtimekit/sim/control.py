@@ -1,4 +1,4 @@
-"""HTTP control API of the simulated node (JSON, loopback peers only).
+"""HTTP control API of the simulated node (JSON; loopback peers naming the node in Host only).
 
     GET    /sim/v1/faults      -> {"faults": [...], "kinds": {kind: {description, params}}}
     POST   /sim/v1/faults      {"gpu": 0, "fault": "xid", "params"?: {"xid": 79}} -> {"fault": {...}}
@@ -41,9 +41,15 @@ A peer outside 127.0.0.0/8 and ::1 gets 403. A POST or DELETE must say ``Content
 application/json`` (with or without a body), or it gets 415 naming the header: a web page open in
 a browser on the node can send a "simple" cross-site request (text/plain, a form, or no body at
 all: ``fetch(url, {method: "POST", mode: "no-cors"})``) without a CORS preflight, but not one
-declared JSON, so no page can inject faults or reboot the simulated node. Bad input gets 400
-with {"error": "<field>: <rule>"} and changes nothing: an unknown top-level key too (a misspelt
-``"fault"`` would otherwise clear every fault), and ``params`` that is not an object.
+declared JSON. A page can still be *same-origin* with the agent by DNS rebinding (its own name,
+``attacker.example``, made to resolve to 127.0.0.1): its JSON requests then need no preflight and
+come from a loopback peer, but its ``Host`` header names the attacker's domain. So every request
+must also name the node in ``Host`` (``localhost``, a loopback address, or the agent's own listen
+host), or it gets 403; with both rules no page can inject faults or reboot the simulated node.
+
+Bad input gets 400 with {"error": "<field>: <rule>"} and changes nothing: an unknown top-level
+key too (a misspelt ``"fault"`` would otherwise clear every fault), and ``params`` that is not an
+object.
 
 Handlers only touch in-memory node state (no NVML, no I/O), so they run on the event loop; what
 touches the simulated host (its servers, /proc, the boot id: ``sources``, ``reboot``) runs on the
@@ -53,6 +59,7 @@ host's own thread when it has one, awaited here.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict
 from typing import Any, Literal, overload
@@ -61,6 +68,7 @@ from aiohttp import web
 
 from runtimekit.documents import DocumentError, load_json
 from runtimekit.json_requests import not_declared_json
+from runtimekit.service import CONFIG
 
 from .faults import FAULT_KINDS, FaultError
 from .host import SimulatedHost
@@ -87,6 +95,30 @@ def is_loopback(remote: str | None) -> bool:
     return (mapped or addr).is_loopback
 
 
+#: A Host header: a bracketed IPv6 address or a name / IPv4 address, then an optional port.
+_HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::[0-9]{1,5})?")
+
+
+def _same_host(a: str, b: str) -> bool:
+    """``a`` and ``b`` (lower case) name the same host: equal names, or equal addresses however written."""
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return a == b
+
+
+def _host_names_the_node(header: str | None, listen_host: str | None) -> bool:
+    """True when the Host ``header`` names this node: ``localhost``, a loopback address, or
+    ``listen_host`` (the agent's own; None: none). A rebound DNS name never does, and neither
+    does a malformed header or none at all (a browser always sends one)."""
+    match = _HOST_HEADER.fullmatch((header or "").lower())
+    if match is None:
+        return False
+    host = match["ipv6"] or match["name"]
+    return (host == "localhost" or is_loopback(host)
+            or (listen_host is not None and _same_host(host, listen_host.lower())))
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -104,6 +136,15 @@ def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         if not is_loopback(request.remote):
             return _error(403, f"simulator control is only served to loopback peers, not {request.remote}")
+        config = request.app.get(CONFIG)
+        listen_host = config.listen_host if config is not None else None
+        header = request.headers.get("Host")
+        if not _host_names_the_node(header, listen_host):
+            own = listen_host is not None and listen_host.lower() != "localhost" and not is_loopback(listen_host)
+            names = "localhost, a loopback address" + (f" or {listen_host}" if own else "")
+            shown = f"Host {header!r}" if header is not None else "no Host header"
+            return _error(403, f"simulator control is only served to requests whose Host header names this node "
+                               f"({names}), not {shown}: a guard against DNS rebinding")
         refused = _content_type_error(request)
         if refused is not None:
             return _error(415, refused)

@@ -17,6 +17,9 @@ interceptor for basic credentials and allowed client SANs.
   ``basic_auth_users`` is set (else UNAUTHENTICATED), and a client certificate naming one of
   ``client_allowed_sans`` when that is set (else PERMISSION_DENIED). Calls on the unix socket pass:
   its mode (0600) is its access control. bcrypt as for HTTP (``basic.py``).
+- **No port without a credential** (``check_grpc_port_config``): a file with neither
+  ``basic_auth_users`` nor ``RequireAndVerifyClientCert`` is refused at start, as the port can
+  change the GPUs; a reload cannot drop them afterwards either (``protection.py``).
 """
 
 from __future__ import annotations
@@ -64,16 +67,30 @@ def _certificate_configuration(tls: TlsServerConfig) -> Any:
     return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
 
 
+def authenticates(config: WebConfig) -> bool:
+    """Does ``config`` ask every client for a credential: a password (``basic_auth_users``) or a
+    verified client certificate (``RequireAndVerifyClientCert``)? TLS alone does not: it encrypts
+    the calls of whoever reaches the port without saying who they are."""
+    return bool(config.users) or (config.tls is not None and config.tls.requires_client_certificate)
+
+
 def check_grpc_port_config(config: WebConfig, key: str) -> TlsServerConfig:
     """The TLS section of ``config`` if the gRPC TCP port can serve it; ``WebConfigError`` naming
-    ``key``, the file and the rule when it has none (the TCP port is TLS only) or asks for what
-    grpcio cannot do."""
+    ``key``, the file and the rule when it has none (the TCP port is TLS only), asks for what
+    grpcio cannot do, or asks no client for a credential: the port creates and deletes slices and
+    switches MIG modes, so an open one would let anyone who reaches it reconfigure the GPUs (the
+    remediation service's receiver has the same rule, ``kube/remediation/config.py``)."""
     where = f"{key}: {config.path}"
     if config.tls is None:
         raise WebConfigError(f"{where}: tls_server_config: required for the gRPC TCP port (it is TLS only)")
     problem = grpc_problem(config.tls)
     if problem is not None:
         raise WebConfigError(f"{where}: {problem}")
+    if not authenticates(config):
+        raise WebConfigError(
+            f"api.tcp_listen: {key} {config.path} asks no client for a credential: the gRPC TCP port creates and "
+            "deletes slices and switches MIG modes, so it needs basic_auth_users or "
+            "tls_server_config.client_auth_type: RequireAndVerifyClientCert")
     return config.tls
 
 
