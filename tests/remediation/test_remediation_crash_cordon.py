@@ -4,7 +4,8 @@ The real process is killed (SIGKILL) at each step of the cordon path — while t
 nodes, after reading the node, after the API server applied the cordon PATCH but before the service
 got the answer (so before its journal commit), and after the commit. After a restart the alert
 resolves: the node must be uncordoned and the service's annotation gone, whatever the kill point.
-A node someone else cordoned stays cordoned.
+The undo is killed the same way: after the alert resolved, at each request of the uncordon; a
+restart finishes it. A node someone else cordoned stays cordoned.
 """
 
 from __future__ import annotations
@@ -76,6 +77,35 @@ async def test_sigkill_anywhere_on_the_cordon_path_then_resolve_uncordons(fakes,
         await wait_for(lambda: _released(kube), what="the node to be uncordoned")
     finally:
         await stop_service(second)
+
+
+@pytest.mark.parametrize("point", ["GET /api/v1/nodes/gpu-2", "PATCH /api/v1/nodes/gpu-2"])
+async def test_sigkill_anywhere_on_the_uncordon_path_then_restart_releases_the_node(fakes, tmp_path, point):
+    kube, _, url = fakes
+    port = free_port()
+    config = write_config(tmp_path, url, listen=f"127.0.0.1:{port}", ladders=LADDER)
+    first = await start_service(config, port)
+    try:
+        assert await post_alert(port, alert_body(node="gpu-2")) == 200
+        await wait_for(lambda: _cordon_done(port), what="the cordon step")
+        kube.on_request = lambda method, path: first.kill() if f"{method} {path}" == point else None
+        assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
+        await wait_dead(first)
+    finally:
+        kube.on_request = None
+        await stop_service(first, kill=True)
+    if point.startswith("PATCH"):
+        assert _released(kube)  # the API server applied the uncordon; the journal never heard
+    else:
+        assert not _released(kube)
+
+    second = await start_service(config, port)
+    try:
+        await wait_for(lambda: _uncordon_finished(port), what="the uncordon step after the restart")
+        assert {(a["kind"], a["state"]) for a in await get_actions(port)} == {("cordon", "done"), ("uncordon", "done")}
+    finally:
+        await stop_service(second)
+    assert _released(kube)
 
 
 async def test_resolved_before_the_interrupted_cordon_ran_again_still_uncordons(fakes, tmp_path):

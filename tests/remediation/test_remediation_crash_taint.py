@@ -4,8 +4,9 @@ The real process is killed (SIGKILL) at each step of the taint path — while th
 nodes, after reading the node, after the API server applied the taint PATCH but before the service
 got the answer (so before its journal commit), and after the commit. After a restart the alert
 resolves: the taint and the service's annotation must be gone, whatever the kill point. The same
-holds for the taint of the default ladder (cordon, taint, replace), killed at its PATCH. A taint
-someone else put there stays.
+holds for the taint of the default ladder (cordon, taint, replace), killed at its PATCH, and for
+the undo, killed at each request of the untaint after the alert resolved. A taint someone else put
+there stays.
 """
 
 from __future__ import annotations
@@ -106,6 +107,31 @@ async def test_sigkill_after_the_taint_patch_of_the_default_ladder_then_resolve_
     assert kube.nodes["gpu-2"]["spec"]["unschedulable"] is True
     assert [t["key"] for t in _taints(kube)] == [TAINT_KEY]
     await _restart_and_resolve(kube, config, port)
+
+
+@pytest.mark.parametrize("point", ["GET /api/v1/nodes/gpu-2", "PATCH /api/v1/nodes/gpu-2"])
+async def test_sigkill_anywhere_on_the_untaint_path_then_restart_removes_the_taint(fakes, tmp_path, point):
+    kube, _, url = fakes
+    port = free_port()
+    config = write_config(tmp_path, url, listen=f"127.0.0.1:{port}", ladders=LADDER)
+    first = await start_service(config, port)
+    try:
+        assert await post_alert(port, alert_body(node="gpu-2")) == 200
+        await wait_for(lambda: _done(port, "taint"), what="the taint step")
+        kube.on_request = lambda method, path: first.kill() if f"{method} {path}" == point else None
+        assert await post_alert(port, alert_body(node="gpu-2", status="resolved")) == 200
+        await wait_dead(first)
+    finally:
+        kube.on_request = None
+        await stop_service(first, kill=True)
+    assert _released(kube) == point.startswith("PATCH")  # the API server applied the untaint, or not yet
+
+    second = await start_service(config, port)
+    try:
+        await wait_for(lambda: _done(port, "untaint"), what="the untaint step after the restart")
+    finally:
+        await stop_service(second)
+    assert _released(kube)
 
 
 async def test_resolved_before_the_interrupted_taint_ran_again_still_untaints(fakes, tmp_path):
