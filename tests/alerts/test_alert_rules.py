@@ -128,6 +128,18 @@ def test_prometheusrule_is_what_the_generator_writes() -> None:
     assert PROMETHEUSRULE.read_text() == generate_prometheusrule.render()
 
 
+def test_the_policy_tests_are_what_their_generator_writes() -> None:
+    """runtimekit_policy_test.yml is generated from the rules and healthcheck/policy.yaml: a policy
+    edit (a fault's class, action or severity) must show in the routing tests, not pass unseen."""
+    sys.path.insert(0, str(ROOT / "alerts" / "tests"))
+    try:
+        import generate_policy_tests
+    finally:
+        sys.path.pop(0)
+    assert generate_policy_tests.TARGET.read_text() == generate_policy_tests.document(), (
+        "alerts/tests/runtimekit_policy_test.yml is stale: run .venv/bin/python alerts/tests/generate_policy_tests.py")
+
+
 def test_gpu_alerts_route_on_the_policys_labels_not_on_fault_lists() -> None:
     """GPU alerts select runtimekit_gpu_fault_active by action/class/severity; none copies the
     policy's fault or XID names (a regex on `fault`), and none aggregates gpu or uuid away."""
