@@ -64,6 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # the benchmarks' shared modules, not benchmarks
 from gang_cluster import ClusterShape, FirstFit, Gang, KueueBestFit, Mapping_, Replay  # noqa: E402
+from ranks import nearest_rank  # noqa: E402
 
 from runtimekit.kube.gang.network import PRESETS, Tiers
 from runtimekit.kube.gang.offer import Offer
@@ -186,7 +187,7 @@ def run(policy_of: Policy, cluster: ClusterShape, trace: list[Event], warm: int,
 
 def ms(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000 if ordered else float("nan")
+    return nearest_rank(ordered, q) * 1000 if ordered else float("nan")
 
 
 def mean(values: Sequence[float]) -> float:

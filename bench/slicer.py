@@ -32,15 +32,20 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from runtimekit.gpu.mig import MigProfile
 from runtimekit.sim.mig_profiles import COMPUTE_SLICES, GEOMETRIES
 from runtimekit.slicer.mig_planner import MigCard, is_standard, plan_mig, smallest_profile
 from runtimekit.state.slices import SliceError, SliceSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # the benchmarks' shared modules, not benchmarks
+from ranks import nearest_rank  # noqa: E402
 
 MODELS = ("a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb")
 TARGETS = ((1, 1, 0.35), (1, 2, 0.15), (2, 2, 0.20), (3, 4, 0.15), (4, 4, 0.10), (7, 8, 0.05))  # (compute, memory slices, weight)
@@ -175,10 +180,6 @@ def fragmentation(live: dict[int, tuple[int, int, MigProfile]], profiles: tuple[
     return now_total, repacked_total
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=60, help="small traces per model and card count (against the optimum)")
@@ -217,7 +218,7 @@ def main() -> None:
         now_total, repacked_total = now_total + now, repacked_total + repacked
     print("by card count: " + ", ".join(f"{cards} card(s) {got / best:.2%}" for cards, (got, best) in by_cards.items()))
     latencies.sort()
-    p50, p99 = statistics.median(latencies) * 1000, percentile(latencies, 0.99) * 1000
+    p50, p99 = statistics.median(latencies) * 1000, nearest_rank(latencies, 0.99) * 1000
     print(f"decisions on 8-card nodes: {len(latencies)}, p50 {p50:.3f} ms, p99 {p99:.3f} ms, max {latencies[-1] * 1000:.3f} ms")
     print(f"RESULT acceptance_vs_optimum={online_total / optimum_total:.4f} fragmentation={1 - now_total / max(repacked_total, 1):.4f} "
           f"decision_p50_ms={p50:.3f} decision_p99_ms={p99:.3f} traces={traces}")
