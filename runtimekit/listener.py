@@ -10,10 +10,14 @@ keeps looping after EMFILE and stacks its retries). So the accept loop and the d
   pause (a byte a second does not extend it); the body within ``body_timeout`` of the headers; then
   the request is being handled and has no deadline (a scrape is never cut); idle, ``keepalive_timeout``.
 - **A connection cap.** At ``max_connections`` a new connection replaces the one longest idle, else
-  longest waiting for its headers, else its body; it is refused only when all are handling requests,
-  and at the cap one is accepted per loop turn so that those just accepted are read first. Measured
-  with 1,500 slowloris clients reconnecting at once and a cap of 200 (server, clients and scraper in
-  three processes): 20 of 20 scrapes answered, most within 60 ms (two waited 1 s, a SYN retry);
+  longest waiting for its headers, else its body, else the one whose request most recently began
+  waiting for a password check (``runtimekit.webconfig.basic``: a flood of wrong passwords queued
+  for bcrypt must not hold every slot, and the one waiting longest is nearest its answer; each
+  connection's ``basic.CLIENT`` tells the checker its address and the listener that it waits); it
+  is refused only when all are handling requests otherwise, and at the cap one is accepted per loop
+  turn so that those just accepted are read first. Measured with 1,500 slowloris clients
+  reconnecting at once and a cap of 200 (server, clients and scraper in three processes): 20 of
+  20 scrapes answered, most within 60 ms (two waited 1 s, a SYN retry);
   pausing accept at the cap instead left scrapes in the backlog for 10-17 s or past a 15 s timeout.
   The cap stays ``RESERVED_DESCRIPTORS`` below RLIMIT_NOFILE: connections alone cannot fill the table.
 - **Out of descriptors** (the table filled elsewhere): accepting pauses with one line, is retried every
@@ -49,6 +53,7 @@ from runtimekit.log_summary import EventSummary
 from runtimekit.schema import shown
 from runtimekit.waiting import finished_within
 from runtimekit.webconfig import GUARD, ConnectionRefused, Guard
+from runtimekit.webconfig.basic import CLIENT, Client
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,7 @@ class Listener:
                            Phase.IDLE: policy.keepalive_timeout_seconds}
         # phase -> its connections, the longest in that phase first (the order in which to evict them)
         self._phases: dict[Phase, dict[GuardedHandler, None]] = {phase: {} for phase in Phase}
+        self._clients: dict[GuardedHandler, Client] = {}  # whether a connection's request waits for a password check
         self._sockets: list[socket.socket] = []
         # connections accepted whose transport is not made yet (their TLS handshake), oldest first
         self._adopting: dict[asyncio.Task[None], None] = {}
@@ -186,6 +192,7 @@ class Listener:
                 return  # one a loop turn at the cap: the connections just accepted get read first
 
     async def _adopt(self, conn: socket.socket, peer: Any) -> None:
+        CLIENT.set(Client(_host(peer)))  # the connection's callbacks and requests run in copies of this context
         try:
             context = self._guard.tls_for_connection()
         except ConnectionRefused:  # the web configuration file is unusable (logged where it is read)
@@ -225,8 +232,9 @@ class Listener:
         """At the cap: close the connection longest idle, else the one longest in its TLS handshake (on
         plain HTTP: accepted, its transport not made yet), else the one longest waiting for its request
         headers (a new connection is the last to go: a scraper's request is read before many more
-        arrive), else for its body. True when one was closed, False (refused) when every one is
-        handling a request."""
+        arrive), else for its body, else the one whose request most recently began waiting for a
+        password check. True when one was closed, False (refused) when every one is handling a
+        request otherwise."""
         for phase in EVICTION_ORDER:
             if phase is Phase.HEADERS and self._adopting:  # a TLS handshake under way goes first
                 setting_up = "in its TLS handshake" if self._serves_tls() else "accepted but not yet started"
@@ -241,6 +249,13 @@ class Listener:
                            f"closed the one longest {phase.value} for a new one")
                 self._close(victim)
                 return True
+        for victim in reversed(self._phases[Phase.BUSY]):
+            client = self._clients.get(victim)
+            if client is not None and client.waiting:
+                self._note(self._at_cap, "evicted", f"{self.max_connections} connections open (max_connections): "
+                           "closed the one most recently waiting for a password check for a new one")
+                self._close(victim)
+                return True
         self._note(self._at_cap, "refused", f"{self.max_connections} connections open (max_connections), "
                    "all handling requests: refused a new one")
         return False
@@ -251,6 +266,8 @@ class Listener:
         """Move ``handler`` to ``phase`` (the last of its phase) and set that phase's deadline."""
         if handler.phase is not None:
             del self._phases[handler.phase][handler]
+        elif (client := CLIENT.get()) is not None:  # its first phase, entered from connection_made in _adopt's context
+            self._clients[handler] = client
         handler.phase = phase
         self._phases[phase][handler] = None
         if handler.timer is not None:
@@ -260,6 +277,7 @@ class Listener:
 
     def forget(self, handler: GuardedHandler) -> None:
         """Stop tracking ``handler`` (its connection is closed or being closed)."""
+        self._clients.pop(handler, None)
         if handler.phase is not None:
             del self._phases[handler.phase][handler]
             handler.phase = None
