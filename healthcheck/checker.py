@@ -15,10 +15,13 @@ polled checks read the sampler's snapshot, event checks the XIDs of the same vie
   and the detectors' state is kept as it was. While a timed-out evaluation is still running, no new
   one is started. One detector that raises (``DetectorsFailed``) fails only its own probe: what
   the others find is raised as usual, the node gets ``health_check_failed`` naming it, and nothing
-  clears in that evaluation. A detector that raised on its saved state and ran again from a fresh
-  one lost what that state held: when it held durable parts (``detectors.DURABLE``: the GPUs known,
-  XID bursts, the ECC baseline) the node and every GPU get ``health_state_unreadable``, exactly as
-  for a state file that cannot be read; otherwise it is logged (as if the agent had restarted).
+  clears in that evaluation; with new XIDs, the evaluation's states and XIDs are kept back, so every
+  detector is given them again (a failed driver detector must not lose an XID). A detector that
+  raised on a state read from disk, before it ever ran on it, and ran again from a fresh one lost
+  what that state held (a raise on a state it built itself is a failure as above): when it held
+  durable parts (``detectors.DURABLE``: the GPUs known, XID bursts, the ECC baseline) the node and
+  every GPU get ``health_state_unreadable``, exactly as for a state file that cannot be read;
+  otherwise it is logged (as if the agent had restarted).
 - An XID-only evaluation (no new sample) gives the detectors the latest snapshot as both
   ``snapshot`` and ``previous`` (``data.snapshot is data.previous``: no new sample, deltas are 0)
   and does not count as a clean sample for the machine.
@@ -135,6 +138,10 @@ class HealthChecker:
         self._machine = MachineState()
         self._slices: Mapping[str, SliceRecord] = {}  # the slice machine's records (healthcheck/slices.py)
         self._detector_states: Mapping[str, Any] = {}
+        # Detectors whose state was read from disk and has not yet been used by a run of theirs: only
+        # such a state is dropped when its detector raises on it (a raise on a state built in
+        # memory is a bug: a failed probe, ``_saved_states_only``).
+        self._from_disk: set[str] = set()
         self._expected_seen = 0
         self._boot_id_changed = False
         self._previous: NodeSnapshot | None = None  # the last snapshot the detectors saw
@@ -159,6 +166,7 @@ class HealthChecker:
             loaded: Loaded = await asyncio.get_running_loop().run_in_executor(self._io, self._store.load)
             self._machine = loaded.state
             self._detector_states = dict(loaded.detectors)
+            self._from_disk = {name for name, value in loaded.detectors.items() if value is not None}
             self._expected_seen = loaded.expected_gpus
             self._boot_id_changed = loaded.boot_id_changed
             self._boot_id_checked_at = time.monotonic()
@@ -206,12 +214,16 @@ class HealthChecker:
         )
         outcome, failure = await self._detect(data)
         if outcome is not None:
-            self._detector_states = outcome.states
-            if new_xids:
-                self._xid_done = new_xids[-1][0]
             resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
-            if sampled:
-                self._previous = snapshot
+            if not (outcome.failed and new_xids):
+                self._detector_states = outcome.states
+                self._from_disk -= set(outcome.states) - set(outcome.failed)
+                if new_xids:
+                    self._xid_done = new_xids[-1][0]
+                if sampled:
+                    self._previous = snapshot
+            # else: a failed detector may be one that judges these XIDs: every detector is given
+            # them again at the next evaluation, from the same states and the same previous sample
             findings, cpu = (*outcome.findings, *self._partial(outcome, snapshot)), outcome.cpu_seconds
             sampled = sampled and not outcome.failed  # a failed probe clears nothing
         else:
@@ -303,7 +315,7 @@ class HealthChecker:
             self._stuck = future
             return None, self._fail(f"the detectors did not finish within {self._timeout:g} s")
         try:
-            outcome = wrapped.result()
+            outcome = self._saved_states_only(wrapped.result(), states)
         except Exception as error:  # a detector bug: a failed probe, not a crashed agent
             if not self._failing:
                 log.error("health detectors failed", exc_info=error)
@@ -317,6 +329,17 @@ class HealthChecker:
             log.info("health detectors recovered")
             self._failing = ""
         return outcome, ""
+
+    def _saved_states_only(self, outcome: _Outcome, given: Mapping[str, Any]) -> _Outcome:
+        """``outcome`` with a dropped state that was not read from disk (``_from_disk``) counted as a
+        failure instead, its state kept as given: a detector that raises on the state it built
+        itself has a bug, and losing a durable state to a bug must not make every GPU unknown."""
+        in_memory = {name: why for name, why in outcome.dropped.items() if name not in self._from_disk}
+        if not in_memory:
+            return outcome
+        states = {**outcome.states, **{name: given.get(name) for name in in_memory}}
+        dropped = {name: why for name, why in outcome.dropped.items() if name not in in_memory}
+        return replace(outcome, states=states, failed={**outcome.failed, **in_memory}, dropped=dropped)
 
     def _fail(self, why: str) -> str:
         if self._failing != why:

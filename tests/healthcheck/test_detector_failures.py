@@ -133,3 +133,58 @@ async def test_a_saved_lost_card_state_it_cannot_use_makes_every_gpu_unknown_not
         assert STATE_UNREADABLE in {f.fault for f in state.health.faults}
         await running.stop()
     assert json.loads(path.read_text())["detectors"]["lost_card"] != {"known": {"GPU-x": 5}}
+
+
+class Flaky:
+    """A real detector that raises while ``broken`` (with ``on_state_only``: only when given a state,
+    so that it works from a fresh one)."""
+
+    def __init__(self, detector, on_state_only: bool = False) -> None:
+        self.detector, self.name, self.broken, self.on_state_only = detector, detector.name, False, on_state_only
+
+    def __call__(self, state, data: DetectorInput):
+        if self.broken and (state is not None or not self.on_state_only):
+            raise RuntimeError(f"{self.name} bug")
+        return self.detector(state, data)
+
+
+async def test_an_xid_that_arrives_while_its_detector_fails_is_judged_once_it_works(tmp_path, boot_id, monkeypatch):  # noqa: F811
+    driver = Flaky(next(d for d in DETECTORS if d.name == "driver"))
+    monkeypatch.setattr(detectors_module, "DETECTORS", tuple(driver if d.name == "driver" else d for d in DETECTORS))
+    state = NodeState()
+    running = await start(state, run_detectors, tmp_path, boot_id)
+    await publish(state, sample(1.0))
+    await evaluated(running, 1)
+    driver.broken = True
+    state.record_xid(XidEvent(gpu_index=1, uuid=GPUS[1].uuid, xid=119, received_at=T0 + 1.5))  # GSP RPC timeout
+    await evaluated(running, 2)
+    assert state.health.gpus[1].state == HEALTHY  # not judged yet: its detector failed
+    driver.broken = False
+    done = running.checker.evaluations
+    await publish(state, sample(2.0))
+    await evaluated(running, done + 1)
+    assert "xid_119" in {f.fault for f in state.health.gpus[1].faults}
+    assert not state.health.gpus[1].schedulable
+    await running.stop()
+
+
+async def test_a_raise_on_a_state_the_detector_built_itself_is_a_failure_not_every_gpu_unknown(tmp_path, boot_id, monkeypatch):  # noqa: F811
+    lost_card = Flaky(next(d for d in DETECTORS if d.name == "lost_card"), on_state_only=True)
+    monkeypatch.setattr(detectors_module, "DETECTORS", tuple(lost_card if d.name == "lost_card" else d for d in DETECTORS))
+    state = NodeState()
+    running = await start(state, run_detectors, tmp_path, boot_id, clean_samples=1)
+    for n, t in enumerate((1.0, 2.0)):  # the lost_card detector builds its state (the GPUs known) in memory
+        await publish(state, sample(t))
+        await evaluated(running, n + 1)
+    assert running.checker._detector_states["lost_card"] is not None
+    lost_card.broken = True
+    await publish(state, sample(3.0))
+    await evaluated(running, 3)
+    assert [f.fault for f in state.health.faults] == [CHECK_FAILED]
+    assert all(g.schedulable for g in state.health.gpus)  # a bug is a failed probe, not a lost state
+    lost_card.broken = False
+    for n, t in enumerate((4.0, 5.0)):
+        await publish(state, sample(t))
+        await evaluated(running, 4 + n)
+    assert state.health.faults == () and all(g.state == HEALTHY for g in state.health.gpus)
+    await running.stop()
