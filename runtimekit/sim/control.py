@@ -58,8 +58,10 @@ host's own thread when it has one, awaited here.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+import socket
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict
 from typing import Any, Literal, overload
@@ -107,15 +109,32 @@ def _same_host(a: str, b: str) -> bool:
         return a == b
 
 
+@functools.cache
+def _own_names() -> frozenset[str]:
+    """This machine's own names (``hostname``, its fully qualified form), lower case: Debian maps
+    the host name to 127.0.1.1, so ``--agent http://$(hostname):9445`` reaches the agent."""
+    return frozenset(name.lower() for name in (socket.gethostname(), socket.getfqdn()) if name)
+
+
+def _unspecified(host: str) -> bool:
+    """0.0.0.0 or ::, which a client cannot name as a Host."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
 def _host_names_the_node(header: str | None, listen_host: str | None) -> bool:
-    """True when the Host ``header`` names this node: ``localhost``, a loopback address, or
-    ``listen_host`` (the agent's own; None: none). A rebound DNS name never does, and neither
-    does a malformed header or none at all (a browser always sends one)."""
+    """True when the Host ``header`` names this node: ``localhost`` (with or without its final
+    dot), a loopback address, the machine's own host name, or ``listen_host`` (the agent's own;
+    None: none). A rebound DNS name never does, and neither does a malformed header or none at
+    all (a browser always sends one). The peer is loopback besides (``_guarded``)."""
     match = _HOST_HEADER.fullmatch((header or "").lower())
     if match is None:
         return False
     host = match["ipv6"] or match["name"]
-    return (host == "localhost" or is_loopback(host)
+    name = host.removesuffix(".") if match["name"] else host
+    return (name == "localhost" or is_loopback(host) or name in _own_names()
             or (listen_host is not None and _same_host(host, listen_host.lower())))
 
 
@@ -140,8 +159,9 @@ def _guarded(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
         listen_host = config.listen_host if config is not None else None
         header = request.headers.get("Host")
         if not _host_names_the_node(header, listen_host):
-            own = listen_host is not None and listen_host.lower() != "localhost" and not is_loopback(listen_host)
-            names = "localhost, a loopback address" + (f" or {listen_host}" if own else "")
+            own = (listen_host is not None and listen_host.lower() != "localhost" and not is_loopback(listen_host)
+                   and not _unspecified(listen_host))
+            names = "localhost, a loopback address, this machine's host name" + (f" or {listen_host}" if own else "")
             shown = f"Host {header!r}" if header is not None else "no Host header"
             return _error(403, f"simulator control is only served to requests whose Host header names this node "
                                f"({names}), not {shown}: a guard against DNS rebinding")

@@ -68,7 +68,7 @@ def test_a_host_that_is_not_the_node_is_refused_403_and_changes_nothing(agent, h
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LocalHost", "[::1]:{port}", "127.8.9.10",
-                                  "[::ffff:127.0.0.1]:{port}"])
+                                  "[::ffff:127.0.0.1]:{port}", "localhost.:{port}", socket.gethostname() + ":{port}"])
 def test_loopback_hosts_are_served(agent, host):
     status, answer = call(agent, "POST", "/sim/v1/faults", host.format(port=agent.url.rsplit(":", 1)[1]), FAULT)
     assert status == 200, answer
