@@ -19,7 +19,7 @@
   and guesses no faster, it only waits less (logged once a ``REFUSALS_LOG_SECONDS``). Concurrent
   requests with the same credentials share one check. While a request waits for an outcome, its
   ``Client.waiting`` says so: the listener may close such a connection at its connection cap.
-  Calls without a ``CLIENT`` (the gRPC port) share one address, "".
+  The gRPC port sets ``CLIENT`` per call from its peer address (``grpc_port.peer_host``).
 - An unknown user is checked against a hash of the highest cost among the configured ones, so the
   time of a refusal does not tell whether the user exists (a user with a cheaper hash answers
   faster, which tells of that user's hash, not of who exists).

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ import grpc.aio
 
 from runtimekit.schema import ConfigError
 
-from .basic import BasicAuthChecker
+from .basic import CLIENT, BasicAuthChecker, Client
 from .model import TlsServerConfig, WebConfig, WebConfigError
 from .source import Loaded, WebConfigSource
 from .tls import read_tls_file, san_allowed
@@ -164,12 +165,22 @@ class WebConfigInterceptor(grpc.aio.ServerInterceptor):
             if not san_allowed(names, tls.client_allowed_sans):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, "the client certificate names none of the allowed SANs")
         if config.users:
+            CLIENT.set(Client(peer_host(context.peer())))  # this call's: checks take turns by address (basic.py)
             metadata = dict(context.invocation_metadata() or ())
             authorization = metadata.get("authorization")
             header = authorization if isinstance(authorization, str) else None
             if not await self._basic.check(header, config.users):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials "
                                     "(authorization: Basic metadata)")
+
+
+def peer_host(peer: str) -> str:
+    """The address of a gRPC peer (``ipv4:10.0.0.7:51234``, ``ipv6:[::1]:51234``, its brackets
+    possibly %-encoded) without its port; anything else as it is."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6") or ":" not in rest:
+        return peer
+    return urllib.parse.unquote(rest.rsplit(":", 1)[0]).strip("[]")
 
 
 Admit = Callable[[grpc.aio.ServicerContext], Awaitable[None]]

@@ -221,3 +221,15 @@ async def test_at_the_cap_a_request_waiting_for_a_check_makes_room(served, gate,
     outcomes = await asyncio.gather(*waiting, return_exceptions=True)
     assert sum(isinstance(outcome, aiohttp.ClientError) for outcome in outcomes) == 1, outcomes
     assert [outcome for outcome in outcomes if isinstance(outcome, tuple)] == [(401, '{"error": "missing or wrong credentials"}')] * 2
+
+
+@pytest.mark.parametrize(("peer", "host"), [
+    ("ipv4:10.9.0.1:51234", "10.9.0.1"), ("ipv6:[::1]:51234", "::1"), ("ipv6:%5Bfd00::7%5D:443", "fd00::7"),
+    ("unix:/run/runtimekit.sock", "unix:/run/runtimekit.sock"),
+])
+def test_the_grpc_port_takes_each_calls_turn_by_its_peers_address(peer, host):
+    """The gRPC port's calls take turns by their peer's address, as the HTTP listener's connections
+    do (before, they all shared one, so a few wrong guesses refused a right password untested)."""
+    from runtimekit.webconfig.grpc_port import peer_host
+
+    assert peer_host(peer) == host
