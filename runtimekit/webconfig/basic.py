@@ -9,7 +9,7 @@
   churn the failures only and can never push a correct password out, and a remembered success
   never waits behind the checks under way. A changed or removed hash changes the key, so the
   remembered outcomes need no expiry.
-- **A flood of guesses cannot shut out the right password** (the security review's finding 3: all
+- **A flood of guesses cannot shut out the right password** (before, all
   checks queued behind one lock, 300 connections of random passwords held the listener's every
   connection slot). Checks wait for their turn per client address (``CLIENT``, which
   ``runtimekit.listener`` sets per connection), and the turns go round the addresses, so a new

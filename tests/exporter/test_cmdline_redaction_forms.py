@@ -1,4 +1,4 @@
-"""The secret shapes the default command-line redaction covers (security review, finding 6), the
+"""The secret shapes the default command-line redaction covers, the
 look-alikes it leaves alone, and what docs/metrics.md says it does not cover.
 
 Each case is one command line as argv; ``R`` stands for ``<redacted>`` in the expected label.

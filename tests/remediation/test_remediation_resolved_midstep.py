@@ -1,4 +1,4 @@
-"""A "resolved" notification that arrives while a step runs (crash review, finding 2).
+"""A "resolved" notification that arrives while a step runs.
 
 The step has begun (its attempt is committed), so the resolution leaves it alone: it runs to its
 outcome, the journal records that outcome (not "skipped: resolved before the step ran"), and the

@@ -1,4 +1,4 @@
-"""The remediation journal carries its schema version (crash review, finding 4).
+"""The remediation journal carries its schema version.
 
 A new journal is stamped ``PRAGMA user_version = 1``. A file of another version, or whose tables
 are not laid out as version 1 expects (an older or newer schema, another tool's database with

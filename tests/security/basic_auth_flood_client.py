@@ -1,5 +1,4 @@
-"""The attacker of test_basic_auth_flood.py, run in a process of its own (as the security review ran
-it): CONNECTIONS kept-alive connections to HOST:PORT, each sending ``GET /metrics`` with a random
+"""The attacker of test_basic_auth_flood.py, run in a process of its own: CONNECTIONS kept-alive connections to HOST:PORT, each sending ``GET /metrics`` with a random
 Basic password as fast as it is answered, reconnecting when closed, for SECONDS. Prints one JSON
 line: the answers by status ("refused": the connection was closed or refused). It runs at the lowest
 CPU priority: it stands for a client on another machine, not one taking the listener's CPU."""

@@ -1,7 +1,6 @@
-"""A flood of wrong Basic passwords must not lock out a client with the right one (the security
-review's finding 3): a real listener with basic auth at bcrypt cost 10, 300 connections from another
-process (at low CPU priority, as if on another machine) sending random passwords as fast as they are
-answered, and meanwhile
+"""A flood of wrong Basic passwords must not lock out a client with the right one: a real listener
+with basic auth at bcrypt cost 10, 300 connections from another process (at low CPU priority, as if
+on another machine) sending random passwords as fast as they are answered, and meanwhile
 
 - a scraper whose password was checked before the flood scrapes every half second over a new
   connection: every scrape is answered 200 within ``ANSWER_WITHIN`` (measured: 1-25 ms; before the
@@ -31,7 +30,7 @@ from runtimekit.listener import Listener, listening
 from runtimekit.webconfig.basic import hash_password
 from tests.security.pki import PASSWORD, USER, basic, write_web_config
 
-COST = 10  # the review's cost (~60 ms a check here): bcrypt is what the flood queues on
+COST = 10  # ~60 ms a check here: bcrypt is what the flood queues on
 FLOOD = 300  # attacking connections, more than max_connections (256)
 FLOOD_SECONDS = 8.0
 SCRAPE_EVERY = 0.5  # seconds between the scraper's scrapes during the flood

@@ -45,7 +45,7 @@ def test_a_password_or_required_client_certificates_are_enough(pki, tmp_path, cr
 
 
 def test_the_agent_refuses_to_start_with_one_line_and_exit_2(pki, tmp_path: Path):
-    """The review's reproduction: TLS added to /metrics, then api.tcp_listen turned on."""
+    """TLS added to /metrics, then api.tcp_listen turned on."""
     web_config = write_web_config(tmp_path / "web.yml", pki)
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump({
         "listener": {"web_config_file": str(web_config)}, "api": {"tcp_listen": "127.0.0.1:0"},

@@ -55,8 +55,8 @@ def faults(agent: Agent) -> list:
                                   "127.0.0.1.nip.io:{port}", "evil@localhost:{port}", "localhost:{port}:1", "[::1",
                                   "", None])
 def test_a_host_that_is_not_the_node_is_refused_403_and_changes_nothing(agent, host):
-    """The review's reproduction (POST /sim/v1/faults and /reboot, GET /sim/v1/host from a rebound
-    name), and Host values that only look like loopback, or none at all."""
+    """A rebound name (POST /sim/v1/faults and /reboot, GET /sim/v1/host: all served before), and
+    Host values that only look like loopback, or none at all."""
     port = agent.url.rsplit(":", 1)[1]
     value = None if host is None else host.format(port=port)
     for method, path, body in (("POST", "/sim/v1/faults", FAULT), ("POST", "/sim/v1/reboot", {}),

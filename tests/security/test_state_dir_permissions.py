@@ -31,7 +31,7 @@ def octal(value: int) -> str:
 
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o277], ids=octal)
 def test_a_new_state_dir_is_0700_whatever_the_umask(tmp_path, umask):
-    """0o000: the review's reproduction (drwxrwxrwx before); 0o277 would leave it unwritable."""
+    """0o000: drwxrwxrwx before; 0o277 would leave it unwritable."""
     previous = os.umask(umask)
     try:
         check_state_dir(tmp_path / "state")
@@ -98,7 +98,7 @@ def test_the_agent_refuses_a_world_writable_state_dir_with_one_line_and_exit_2(t
 
 
 def test_the_agent_under_umask_000_makes_its_state_dir_0700(tmp_path):
-    """The review's reproduction: ``runtimekit serve`` under umask 000 made ``drwxrwxrwx state``."""
+    """Before, ``runtimekit serve`` under umask 000 made ``drwxrwxrwx state``."""
     state = tmp_path / "state"
     process = run_serve(state, umask=0o000)
     try:
