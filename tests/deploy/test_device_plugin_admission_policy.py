@@ -17,6 +17,7 @@ from rendered import holding, installations, pod_spec, render, workloads
 from vap import admit, matches, request, service_account_user
 
 from runtimekit.kube.gang.offer import OFFER_ANNOTATION
+from tests.gang.fake_patches import merge_patch  # RFC 7386, as the API server applies a merge patch
 
 INSTALLATIONS = installations()
 OVERLAY = "overlays/device-plugin"
@@ -75,19 +76,6 @@ def with_offer(base: dict[str, Any], value: str | None) -> dict[str, Any]:
     changed["metadata"]["managedFields"] = [*base["metadata"]["managedFields"],
                                             {"manager": "OpenAPI-Generator", "operation": "Update", "apiVersion": "v1"}]
     return changed
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: what the API server makes of an application/merge-patch+json body."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 OFFER = '{"v":1,"gpus_free":6,"nvlink_groups":[6],"nics_free_by_root":{}}'
