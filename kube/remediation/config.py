@@ -210,5 +210,4 @@ def _web_config_authenticates(path: str | None) -> bool:
         return False
     from runtimekit.webconfig import read_web_config
 
-    web = read_web_config(path, "listener.web_config_file")
-    return bool(web.users) or (web.tls is not None and web.tls.requires_client_certificate)
+    return read_web_config(path, "listener.web_config_file").authenticates

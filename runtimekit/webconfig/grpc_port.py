@@ -68,26 +68,19 @@ def _certificate_configuration(tls: TlsServerConfig) -> Any:
     return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
 
 
-def authenticates(config: WebConfig) -> bool:
-    """Does ``config`` ask every client for a credential: a password (``basic_auth_users``) or a
-    verified client certificate (``RequireAndVerifyClientCert``)? TLS alone does not: it encrypts
-    the calls of whoever reaches the port without saying who they are."""
-    return bool(config.users) or (config.tls is not None and config.tls.requires_client_certificate)
-
-
 def check_grpc_port_config(config: WebConfig, key: str) -> TlsServerConfig:
     """The TLS section of ``config`` if the gRPC TCP port can serve it; ``WebConfigError`` naming
     ``key``, the file and the rule when it has none (the TCP port is TLS only), asks for what
     grpcio cannot do, or asks no client for a credential: the port creates and deletes slices and
-    switches MIG modes, so an open one would let anyone who reaches it reconfigure the GPUs (the
-    remediation service's receiver has the same rule, ``kube/remediation/config.py``)."""
+    switches MIG modes, so an open one would let anyone who reaches it reconfigure the GPUs
+    (``WebConfig.authenticates``, the rule the remediation service's receiver applies too)."""
     where = f"{key}: {config.path}"
     if config.tls is None:
         raise WebConfigError(f"{where}: tls_server_config: required for the gRPC TCP port (it is TLS only)")
     problem = grpc_problem(config.tls)
     if problem is not None:
         raise WebConfigError(f"{where}: {problem}")
-    if not authenticates(config):
+    if not config.authenticates:
         raise WebConfigError(
             f"api.tcp_listen: {key} {config.path} asks no client for a credential: the gRPC TCP port creates and "
             "deletes slices and switches MIG modes, so it needs basic_auth_users or "

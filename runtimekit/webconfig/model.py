@@ -144,6 +144,13 @@ class WebConfig:
     def files(self) -> tuple[str, ...]:
         return (self.path, *(self.tls.files if self.tls else ()))
 
+    @property
+    def authenticates(self) -> bool:
+        """Does it ask every client for a credential: a password (``users``) or a verified client
+        certificate (``RequireAndVerifyClientCert``)? TLS alone does not: it encrypts the requests
+        of whoever reaches the port without saying who they are."""
+        return bool(self.users) or (self.tls is not None and self.tls.requires_client_certificate)
+
 
 def read_web_config(path: str, key: str = "web_config_file") -> WebConfig:
     """The web configuration at ``path``; ``WebConfigError`` naming ``key``, the file and the rule
