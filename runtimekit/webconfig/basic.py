@@ -203,7 +203,7 @@ class BasicAuthChecker:
         log.warning("basic auth: %d password checks refused at once (answered 401, the password untested) "
                     "since the last such line: %d checks of one address or %d in all already wait for bcrypt "
                     "(latest from %s); a client guessing passwords?", refused, MAX_WAITING_PER_ADDRESS,
-                    MAX_WAITING, address or "an unknown address: the gRPC port")
+                    MAX_WAITING, address or "an unknown address")
         self._refused, self._refusals_logged = 0, now
 
 
