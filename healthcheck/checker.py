@@ -59,8 +59,10 @@ from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
 from runtimekit.healthcheck.detectors import DURABLE, DetectorsFailed, readable_gpus
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
+from runtimekit.healthcheck.recurrence import RECURRING, RecurrenceRule
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
 from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
+from runtimekit.healthcheck.thresholds import for_detector
 from runtimekit.healthcheck.types import DetectorInput, Finding
 from runtimekit.state import SAMPLE, XIDS, NodeState, NodeView
 from runtimekit.state.health import STATE_UNREADABLE
@@ -126,6 +128,9 @@ class HealthChecker:
         self._state = state
         self._run_detectors = run_detectors
         self._thresholds = thresholds or {}
+        machine = for_detector("machine", self._thresholds.get("machine"))
+        self._recurrence = RecurrenceRule(machine["recurrence_interventions"], machine["recurrence_window_seconds"],
+                                          default_policy().node_finding(RECURRING, ""))
         self._store = store
         self._clean_samples = clean_samples
         self._timeout = timeout_seconds
@@ -236,6 +241,7 @@ class HealthChecker:
             now=now, findings=findings, gpus=identified,
             sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
             inventory=sampled and snapshot.nvml_up, judged=frozenset(uuid for uuid, _ in readable_gpus(snapshot)),
+            recurrence=self._recurrence,
         )
         result = step(self._machine, machine_input)
         self._boot_id_changed = False

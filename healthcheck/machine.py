@@ -31,6 +31,9 @@ Rules (gpu-faults.md §6, §7):
   any other) but sets neither the GPU's state nor its action: the slice made of that instance
   carries it (healthcheck/slices.py). Card-wide faults (the policy's default scope) hold the card
   even when the event named an instance.
+- Repairs that do not last escalate (``MachineInput.recurrence``, healthcheck/recurrence.py): a GPU
+  that begins needing a reset or reboot for the Nth time within a window also gets
+  ``gpu_fault_recurring`` (replace_node); the times are kept on its record (``interventions``).
 - Node-level findings (``Finding.node_level``: no GPU index, no UUID — NVML down, fewer GPUs than
   expected, the checker failing) go to the node's own record (``NodeRecord``, which has no GPU
   identity); they follow the same rules and make the node suspect or unhealthy by severity. Their
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
+from runtimekit.healthcheck.recurrence import RecurrenceRule, recur
 from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
@@ -86,6 +90,7 @@ class GpuRecord:
     since: float = 0.0
     faults: tuple[ActiveFault, ...] = ()
     retired: bool = False  # the GPU left the node; kept for the record, out of the verdict
+    interventions: tuple[float, ...] = ()  # when its recent resets or reboots began (healthcheck/recurrence.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,7 @@ class MachineInput:
     clean_samples: int = 3
     inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
     judged: frozenset[str] | None = None  # GPUs read in this sample (see above); None: all of them
+    recurrence: RecurrenceRule | None = None  # None: interventions are not counted
 
     def judges(self, uuid: str | None) -> bool:
         """Whether this evaluation can count a clean sample for the record of ``uuid`` (None: the node)."""
@@ -220,7 +226,12 @@ def step(state: MachineState, data: MachineInput) -> Step:
         if records[uuid].retired:
             continue
         reset = data.boot_id_changed or uuid in data.resets
-        records[uuid] = advance(records[uuid], by_gpu.get(uuid, []), reset)
+        record, found = records[uuid], by_gpu.get(uuid, [])
+        if data.recurrence is not None:
+            kept = [h for h in record.faults if not _cleared_by(h, data, reset)]
+            interventions, found = recur(data.recurrence, record.index, uuid, record.interventions, kept, found, data.now)
+            record = replace(record, interventions=interventions)
+        records[uuid] = advance(record, found, reset)
     node = advance(state.node, node_findings, data.boot_id_changed)
     retired = _retire(records, data, set(by_gpu)) if data.inventory else []
 
@@ -273,7 +284,7 @@ def merge_faults(
     faults: dict[FaultKey, ActiveFault] = {}
     gone: list[ActiveFault] = []
     for h in held:  # 1. what a reset or reboot clears (before this evaluation's findings)
-        if (h.clears == CLEARS_ON_REBOOT and data.boot_id_changed) or (h.clears == CLEARS_ON_RESET and reset):
+        if _cleared_by(h, data, reset):
             gone.append(h)
         else:
             faults[_key(h)] = h
@@ -314,6 +325,11 @@ def merge_faults(
                 faults[key] = replace(h, clean_samples=h.clean_samples + 1)
     ordered = tuple(sorted(faults.values(), key=lambda h: (-_rank(h.severity), h.fault, h.gpu_instance_id or -1)))
     return ordered, list(added.values()), gone
+
+
+def _cleared_by(fault: ActiveFault, data: MachineInput, reset: bool) -> bool:
+    """Whether this evaluation's reboot (or, with ``reset``, the record's reset) clears ``fault``."""
+    return (fault.clears == CLEARS_ON_REBOOT and data.boot_id_changed) or (fault.clears == CLEARS_ON_RESET and reset)
 
 
 def _rank(severity: str) -> int:

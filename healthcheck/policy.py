@@ -39,10 +39,10 @@ DEFAULT_PATH = Path(__file__).with_name("policy.yaml")
 
 APPLICATION = "application"
 CLASSES = ("memory", "nvlink", "firmware", "bus", "driver", "thermal", "power", "pcie", "configuration",
-           APPLICATION, "informational", "agent")
+           APPLICATION, "informational", "agent", "hardware")
 CLEARS = (CLEARS_WHEN_CLEAN, CLEARS_ON_RESET, CLEARS_ON_REBOOT)
 DETECTORS = ("lost_card", "driver", "ecc", "nvlink", "memory_leak", "compute_mode", "thermal_power", "pcie",
-             "inforom", "slices", "checker")
+             "inforom", "slices", "checker", "machine")
 SLICES = "slices"  # the detector whose faults are on a slice (healthcheck/detectors/slices.py)
 XID_OWNERS = ("driver", "ecc", "lost_card")  # detectors that turn an XID into a finding
 REPEATED = "xid_repeated"  # the fault raised for xid_<code>_repeated

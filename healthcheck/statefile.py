@@ -4,9 +4,11 @@ what the agent does with a file it cannot read are the store's (``healthcheck/st
 
 **Fields** (schema version 2; times in unix seconds): ``version``; ``saved_at``; ``boot_id`` (the
 node's boot id when written); ``expected_gpus`` (the most GPUs ever seen: lost-card detection
-compares against it); ``gpus``, per GPU ``index``, ``uuid``, ``state``, ``since``, ``retired`` and
+compares against it); ``gpus``, per GPU ``index``, ``uuid``, ``state``, ``since``, ``retired``,
 its active ``faults`` (``ActiveFault``'s fields, with ``first_seen`` and ``last_seen``; ``scope``,
-``card`` or ``instance``, is read as ``card`` when absent, as files written before it have it); ``node``,
+``card`` or ``instance``, is read as ``card`` when absent, as files written before it have it) and
+``interventions`` (the times its recent resets or reboots began, ``healthcheck/recurrence.py``; read
+as none when absent, as files written before it have it); ``node``,
 the node-level ``state``, ``since`` and ``faults`` (it names no GPU); ``transitions_total`` and
 ``fault_events_total`` per GPU uuid, and the node's ``node_fault_events_total``; ``detectors``,
 each detector's JSON-friendly state by name.
@@ -80,7 +82,8 @@ def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: f
 
 def _record(record: GpuRecord) -> dict[str, Any]:
     return {"index": record.index, "uuid": record.uuid, "state": record.state, "since": record.since,
-            "retired": record.retired, "faults": [asdict(f) for f in record.faults]}
+            "retired": record.retired, "faults": [asdict(f) for f in record.faults],
+            "interventions": list(record.interventions)}
 
 
 _VOLATILE = ("last_seen", "evidence", "clean_samples")
@@ -90,7 +93,7 @@ def essential(doc: dict[str, Any]) -> Any:
     """What must be on disk: the document less saved_at and the per-sample fields of faults."""
     def record(r: dict[str, Any]) -> Any:  # the node entry has no index and uuid (in version 1, -1 and "")
         return (r.get("index"), r.get("uuid"), r["state"], r["since"], r.get("retired", False),
-                [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]])
+                [{k: v for k, v in f.items() if k not in _VOLATILE} for f in r["faults"]], r.get("interventions"))
     return (doc.get("version"), doc["boot_id"], doc["expected_gpus"], [record(r) for r in doc["gpus"]],
             record(doc["node"]), doc["transitions_total"], doc["fault_events_total"],
             doc.get("node_fault_events_total"))
@@ -158,8 +161,9 @@ def _decode_record(item: dict[str, Any]) -> GpuRecord:
     uuid = item["uuid"]
     if not isinstance(uuid, str) or not uuid:
         raise StoreFormatError("a GPU without uuid")
+    interventions = tuple(_time(t, "interventions") for t in _list(item.get("interventions", []), "interventions"))
     return GpuRecord(int(item["index"]), uuid, _state(item["state"]), _time(item["since"], "since"),
-                     _decode_faults(item["faults"]), retired)
+                     _decode_faults(item["faults"]), retired, interventions)
 
 
 def _decode_faults(items: Any) -> tuple[ActiveFault, ...]:

@@ -50,6 +50,9 @@ class MachineThresholds:
     """Read by the state machine (healthcheck/machine.py), not by a detector."""
 
     clean_samples: int = setting(REQUIRED, "samples in a row without a fault's signal before it clears", at_least(1))
+    recurrence_interventions: int = setting(
+        REQUIRED, "a GPU's resets or reboots within the window that raise gpu_fault_recurring", at_least(2))
+    recurrence_window_seconds: float = setting(REQUIRED, "the window of recurrence_interventions", at_least(60))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +83,19 @@ class Agent:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def gpu_faults(self, gpu: int) -> dict:
+        """The faults GPU ``gpu`` holds in ``GET /api/v1/health``, by name."""
+        status, _, body = self.get("/api/v1/health")
+        assert status == 200, body
+        return {f["fault"]: f for f in json.loads(body)["gpus"][gpu]["faults"]}
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
+        """Poll ``condition`` until it holds; past ``timeout`` seconds, fail with the agent's log."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, self.log()[-3000:]
+            time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> float:
         """Send ``sig`` and wait; returns the seconds the agent took to exit."""

@@ -176,7 +176,7 @@ def _with(path: tuple, value) -> dict:
         (_with(("faults", "ecc_contained", "sevrity"), "warning"), "faults.ecc_contained.sevrity: unknown key"),
         (_with(("faults", "ecc_contained", "action"), KeyError), "faults.ecc_contained.action: missing"),
         (_with(("faults", "ecc_contained", "detector"), "nvml"), "faults.ecc_contained.detector: must be one of"),
-        (_with(("faults", "ecc_contained", "class"), "hardware"), "faults.ecc_contained.class: must be one of"),
+        (_with(("faults", "ecc_contained", "class"), "silicon"), "faults.ecc_contained.class: must be one of"),
         (_with(("faults", "power_brake", "schedulable"), True), "faults.power_brake.schedulable: a critical fault"),
         (_with(("faults", "Bad Name"), _base()["faults"]["gpu_lost"]), "faults.Bad Name: the fault name"),
         (_with(("faults", "ecc_contained"), "warning"), "faults.ecc_contained: must be a mapping"),

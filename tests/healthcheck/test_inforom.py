@@ -5,7 +5,6 @@ clears ``inforom_corrupted`` from the simulator's ``inforom-corrupt`` fault."""
 from __future__ import annotations
 
 import json
-import time
 
 from health_factories import ERR, make_gpu, make_input, make_snapshot, marked, raised, with_
 
@@ -41,17 +40,7 @@ def test_the_agent_raises_and_clears_it_from_the_drivers_answer(tmp_path) -> Non
     agent = start_agent(tmp_path, "--config", str(config), "--sim", "dgx-h100", "--interval", "0.3",
                         "--sim-processes", "0", "--sim-load", "idle")
     try:
-        def faults(gpu: int) -> dict:
-            status, _, body = agent.get("/api/v1/health")
-            assert status == 200, body
-            return {f["fault"]: f for f in json.loads(body)["gpus"][gpu]["faults"]}
-
-        def wait(condition, timeout: float = 15.0) -> None:
-            deadline = time.monotonic() + timeout
-            while not condition():
-                assert time.monotonic() < deadline, agent.log()[-3000:]
-                time.sleep(0.1)
-
+        faults, wait = agent.gpu_faults, agent.wait_for
         inject_remote(agent.url, 2, "inforom-corrupt", {})
         wait(lambda: "inforom_corrupted" in faults(2))
         assert faults(1) == {}
