@@ -34,6 +34,7 @@ from runtimekit.healthcheck.types import CLEARS_ON_REBOOT, CLEARS_ON_RESET, CRIT
 
 RECURRING = "gpu_fault_recurring"
 _REPAIRS = (CLEARS_ON_RESET, CLEARS_ON_REBOOT)
+AGENT = "agent"  # the fault class of the agent's own faults
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +53,13 @@ class RecurrenceRule:
             raise ValueError(f"recurrence: window_seconds must be positive, got {self.window_seconds}")
 
 
-def needs_intervention(fault: str, severity: str, clears: str, scope: str, gpu_instance_id: int | None) -> bool:
-    """A critical card fault that only a GPU reset or a node reboot clears (not the recurrence itself)."""
-    instance_scoped = scope == INSTANCE and gpu_instance_id is not None
-    return severity == CRITICAL and clears in _REPAIRS and not instance_scoped and fault != RECURRING
-
-
-def _held_needs(fault: ActiveFault) -> bool:
-    return needs_intervention(fault.fault, fault.severity, fault.clears, fault.scope, fault.gpu_instance_id)
-
-
-def _found_needs(finding: Finding) -> bool:
-    return not finding.hold and needs_intervention(
-        finding.fault, finding.severity, finding.clears, finding.scope, finding.gpu_instance_id)
+def needs_intervention(fault: ActiveFault | Finding) -> bool:
+    """A critical card fault of the GPU's that only a GPU reset or a node reboot clears. Not the
+    recurrence itself, and not the agent's own (class ``agent``: an unreadable health.json makes
+    every GPU critical until a reboot, which says nothing about the GPUs)."""
+    instance_scoped = fault.scope == INSTANCE and fault.gpu_instance_id is not None
+    return (fault.severity == CRITICAL and fault.clears in _REPAIRS and not instance_scoped
+            and fault.fault != RECURRING and fault.fault_class != AGENT)
 
 
 def recur(
@@ -80,8 +75,8 @@ def recur(
     keeps ``kept`` (its faults less what this evaluation's reset or reboot cleared). A new
     intervention is recorded at ``now``; the ``rule.interventions``-th within the window adds the
     ``gpu_fault_recurring`` finding."""
-    starting = [f for f in findings if _found_needs(f)]
-    if not starting or any(_held_needs(h) for h in kept):
+    starting = [f for f in findings if not f.hold and needs_intervention(f)]
+    if not starting or any(needs_intervention(h) for h in kept):
         return tuple(interventions), list(findings)
     recent = tuple(t for t in interventions if now - t < rule.window_seconds)[-(rule.interventions - 1):]
     times = (*recent, now)

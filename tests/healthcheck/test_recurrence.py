@@ -14,6 +14,7 @@ from runtimekit.healthcheck.machine import MachineInput, MachineState, node_heal
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.recurrence import RECURRING, RecurrenceRule
 from runtimekit.healthcheck.statefile import decode, encode
+from runtimekit.healthcheck.store import unknown_finding
 from runtimekit.healthcheck.types import CRITICAL, REPLACE_NODE, UNHEALTHY
 from tests.agent_process import start_agent
 
@@ -89,6 +90,16 @@ def test_warnings_instance_faults_and_application_xids_are_not_interventions(fau
     assert state.gpus[U0].interventions == () and not recurring(state)
 
 
+def test_an_unreadable_health_state_is_no_intervention() -> None:
+    """It makes every GPU critical until a reboot, but says nothing about the GPUs."""
+    unknown = unknown_finding(0, U0, "health.json: not JSON")
+    state = MachineState()
+    for t in (0.0, DAY, 2 * DAY):
+        state = evaluate(state, t, unknown)
+        state = evaluate(state, t + 1, reboot=True)
+    assert state.gpus[U0].interventions == () and not recurring(state)
+
+
 def test_a_reboot_clears_the_fault_but_not_the_history() -> None:
     state = MachineState()
     for t in (0.0, DAY, 2 * DAY):  # a lost GPU, each time back after a reboot
@@ -126,10 +137,11 @@ def test_the_agent_asks_for_a_spare_node_after_the_third_reset(tmp_path) -> None
     agent = start_agent(tmp_path, "--sim", "dgx-h100", "--interval", "0.3", "--sim-processes", "0", "--sim-load", "idle")
     try:
         faults, wait = agent.gpu_faults, agent.wait_for
-        # The agent sees a reset as the energy counter (since the driver loaded) going backwards: let the
-        # simulated node run for a while first, as a real one has, or the reset would not show.
-        time.sleep(2.0)
+        # The agent sees a reset as the energy counter (since the driver loaded, or the last reset)
+        # going backwards between two samples: before each reset, let the counter run longer than a
+        # sample interval, as it has on a real node, or the reset would not show.
         for cycle in range(3):
+            time.sleep(1.0)
             inject_remote(agent.url, 2, "xid", {"xid": 119})
             wait(lambda: "xid_119" in faults(2))
             assert (RECURRING in faults(2)) == (cycle == 2)
