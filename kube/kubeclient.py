@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimekit.schema import setting
+from runtimekit.schema import file_path, setting
 
 __all__ = ["MESSAGE_CHARS", "ClusterAccessError", "KubernetesConfig", "REQUEST_TIMEOUT_SECONDS", "api_client",
            "error_line", "one_line", "status_message"]
@@ -35,7 +35,7 @@ class KubernetesConfig:
     """How the service reaches the Kubernetes API server: a kubeconfig file and context, or the pod's
     service account when kubeconfig is null. The same section in every container-layer service."""
 
-    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)")
+    kubeconfig: str | None = setting(None, "kubeconfig file (None: the pod's service account, in-cluster)", file_path)
     context: str | None = setting(None, "kubeconfig context (None: the current one)")
 
 

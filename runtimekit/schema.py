@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import os
 import re
 import sys
 import types
@@ -389,4 +390,12 @@ def file_path(value: str) -> str | None:
     empty (that would be the current directory, or nothing) nor hold a NUL byte (no system call takes one)."""
     if not value or "\0" in value:
         return "must be a path: not empty, without a NUL byte"
+    return None
+
+
+def absolute_path(value: str) -> str | None:
+    """``file_path``'s rule, and absolute (a path the kubelet or another process is given must not
+    depend on the working directory)."""
+    if file_path(value) is not None or not os.path.isabs(value):
+        return "must be an absolute path, without a NUL byte"
     return None

@@ -16,7 +16,7 @@ from typing import Any
 from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
 from runtimekit.kube.k8s_names import node_name_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
-from runtimekit.schema import ConfigError, Key, between, build, resolve, schema_of, section, setting
+from runtimekit.schema import ConfigError, Key, absolute_path, between, build, resolve, schema_of, section, setting
 
 from .names import endpoint_of, mig_resource, resource_name_problem
 
@@ -27,9 +27,6 @@ AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
 #: The kubelet's pod-resources socket (k8s.io/kubelet pkg/apis/podresources: <root>/pod-resources/kubelet.sock).
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-
-def _absolute(value: str) -> str | None:
-    return None if os.path.isabs(value) else "must be an absolute path"
 
 
 def _mig_prefix(value: str) -> str | None:
@@ -51,7 +48,7 @@ class OfferAnnotationConfig:
 
     enabled: bool = setting(False, "keep the annotation current (needs node_name and the nodes get, patch permission)")
     pod_resources_socket: str = setting(
-        POD_RESOURCES_SOCKET, "the kubelet's pod-resources socket: which devices pods hold (List)", _absolute
+        POD_RESOURCES_SOCKET, "the kubelet's pod-resources socket: which devices pods hold (List)", absolute_path
     )
     poll_seconds: float = setting(
         5.0, "how often the pod-resources API is read (the devices' health changes are written at once); also "
@@ -68,11 +65,11 @@ class OfferAnnotationConfig:
 class DevicePluginConfig:
     """Validated configuration of the device plugin (all sockets are unix socket paths)."""
 
-    agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", _absolute)
-    kubelet_socket: str = setting(KUBELET_SOCKET, "the kubelet's device-plugin registration socket", _absolute)
+    agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", absolute_path)
+    kubelet_socket: str = setting(KUBELET_SOCKET, "the kubelet's device-plugin registration socket", absolute_path)
     plugin_dir: str | None = setting(
         None, "where the plugin's own sockets are made (None: the kubelet socket's directory, as the kubelet "
-        "requires: it joins RegisterRequest.endpoint to its own device-plugins directory)", _absolute,
+        "requires: it joins RegisterRequest.endpoint to its own device-plugins directory)", absolute_path,
     )
     resource_name: str = setting("nvidia.com/gpu", "the extended resource of whole GPUs", resource_name_problem)
     mig_prefix: str = setting(

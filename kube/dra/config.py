@@ -23,7 +23,7 @@ from runtimekit.config import cdi_vendor_problem
 from runtimekit.grpc_unix import server_socket_problem, socket_path_problem
 from runtimekit.kube.k8s_names import SUBDOMAIN, node_name_problem
 from runtimekit.kube.kubeclient import KubernetesConfig
-from runtimekit.schema import REQUIRED, ConfigError, Key, between, build, resolve, schema_of, section, setting
+from runtimekit.schema import REQUIRED, ConfigError, Key, absolute_path, between, build, resolve, schema_of, section, setting
 
 #: The agent's API socket when its state directory is the default one (docs/api.md).
 AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
@@ -34,9 +34,6 @@ PLUGINS_DIR = "/var/lib/kubelet/plugins"
 
 _CDI_CLASS = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
-
-def _absolute(value: str) -> str | None:
-    return None if os.path.isabs(value) else "must be an absolute path"
 
 
 def _driver_name(value: str) -> str | None:
@@ -64,15 +61,15 @@ class DraConfig:
                              "NODE_NAME environment variable, else this key)", node_name_problem)
     driver_name: str = setting("gpu.runtimekit.io", "the DRA driver's name: ResourceSlice spec.driver, the "
                                "results it prepares, its plugin registration", _driver_name)
-    agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", _absolute)
+    agent_socket: str = setting(AGENT_SOCKET, "the node agent's runtimekit.v1 socket (its api.socket)", absolute_path)
     registry_dir: str = setting(REGISTRY_DIR, "the kubelet's plugin registration directory: the driver serves "
-                                "DRIVER-reg.sock there", _absolute)
+                                "DRIVER-reg.sock there", absolute_path)
     plugin_dir: str | None = setting(
         None, "the driver's own directory: dra.sock (the kubelet DRA service), checkpoint.json, the lock "
-        "(None: /var/lib/kubelet/plugins/DRIVER)", _absolute,
+        "(None: /var/lib/kubelet/plugins/DRIVER)", absolute_path,
     )
     cdi_dir: str = setting("/var/run/cdi", "where per-claim CDI specs (NICs) are written; the container "
-                           "runtime's CDI spec directory", _absolute)
+                           "runtime's CDI spec directory", absolute_path)
     whole_gpu_cdi_kind: str = setting(
         "nvidia.com/gpu", "the CDI kind a whole GPU is named by (KIND=UUID; nvidia-ctk cdi generate's)", _cdi_kind,
     )

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from runtimekit.config import ListenerConfig, check_web_config_file
 from runtimekit.kube.kubeclient import KubernetesConfig
-from runtimekit.schema import ConfigError, Key, between, build, listen_address, resolve, schema_of, section, setting, shown
+from runtimekit.schema import ConfigError, Key, between, build, file_path, listen_address, resolve, schema_of, section, setting, shown
 
 from .ladders import DEFAULT_LADDERS, ladder_problem, merged
 from .names import qualified_name_problem
@@ -66,8 +66,8 @@ class AuthConfig:
     """How Alertmanager authenticates: one of these, or basic_auth_users (or client certificates
     required) in the web configuration file, listener.web_config_file (auth.py)."""
 
-    token_file: str | None = setting(None, "file holding the bearer token Alertmanager sends")
-    basic_file: str | None = setting(None, "file holding USER:PASSWORD for basic auth")
+    token_file: str | None = setting(None, "file holding the bearer token Alertmanager sends", file_path)
+    basic_file: str | None = setting(None, "file holding USER:PASSWORD for basic auth", file_path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ class ReplacementConfig:
         DEFAULT_TEMPLATE, "JSON body; " + " ".join(f"{{{name}}}" for name in FIELDS) + " are filled in "
         "(any other {name} is refused at start)", template_problem,
     )
-    token_file: str | None = setting(None, "file with a bearer token for the replacement webhook")
+    token_file: str | None = setting(None, "file with a bearer token for the replacement webhook", file_path)
     timeout_seconds: float = setting(10.0, "deadline of one replacement call", between(0.1, 300))
     max_attempts: int = setting(5, "calls before the step is failed (5xx, timeouts)", between(1, 100))
     backoff_seconds: float = setting(1.0, "first retry delay, doubled each time", between(0, 600))
@@ -131,7 +131,7 @@ class RemediationConfig:
     """Validated configuration: top-level keys and one section per concern."""
 
     listen: str = setting("0.0.0.0:9446", "HOST:PORT of the webhook receiver", listen_address)
-    db_path: str = setting("/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)")
+    db_path: str = setting("/var/lib/runtimekit/remediation.db", "the SQLite journal (WAL)", file_path)
     log_level: str = setting("info", "logging threshold", allowed=("debug", "info", "warning", "error"))
     max_body_bytes: int = setting(1 << 20, "larger webhook bodies are refused with 413", between(1024, 64 << 20))
     dry_run: bool = setting(False, "journal what would be done, change nothing")

@@ -29,7 +29,7 @@ def test_defaults() -> None:
                                     "domain must be"),
     ("mig_prefix: 'nvidia.com/MIG '\n", "mig_prefix: with a profile appended, nvidia.com/MIG 1g.10gb is no resource name: "
                                         "its name must be 1-63 characters"),
-    ("agent_socket: relative.sock\n", "agent_socket: must be an absolute path, got 'relative.sock'"),
+    ("agent_socket: relative.sock\n", "agent_socket: must be an absolute path, without a NUL byte, got 'relative.sock'"),
     ("health_poll_seconds: 0\n", "health_poll_seconds: must be between 0.05 and 3600, got 0"),
     ("cdi: false\nvisible_devices_env: false\n", "cdi: set it or visible_devices_env"),
     ("with_nics: yes please\n", "with_nics: must be true or false, got str 'yes please'"),
