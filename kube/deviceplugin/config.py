@@ -28,7 +28,6 @@ AGENT_SOCKET = "/var/lib/runtimekit/runtimekit.sock"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
-
 def _mig_prefix(value: str) -> str | None:
     # Checked with a typical profile appended: the prefix plus a profile must be a resource name.
     problem = resource_name_problem(mig_resource(value, "1g.10gb"))

@@ -35,7 +35,6 @@ PLUGINS_DIR = "/var/lib/kubelet/plugins"
 _CDI_CLASS = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
-
 def _driver_name(value: str) -> str | None:
     # resource.k8s.io/v1 ResourceSlice spec.driver: a DNS subdomain of at most 63 characters.
     if len(value) > 63 or not SUBDOMAIN.fullmatch(value):
