@@ -213,13 +213,15 @@ class HealthChecker:
         if sampled:
             await self._check_boot_id()
         previous = self._previous if sampled else snapshot
+        resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
+        rebooted = frozenset(u for g in snapshot.gpus if is_available(u := g.uuid)) if self._boot_id_changed else frozenset()
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
             expected_gpus=self.expected_gpus, config=self._thresholds, slices=view.slices, attribution=view.attribution,
+            repaired=resets | rebooted,
         )
         outcome, failure = await self._detect(data)
         if outcome is not None:
-            resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
             if not (outcome.failed and new_xids):
                 self._detector_states = outcome.states
                 self._from_disk -= set(outcome.states) - set(outcome.failed)

@@ -113,6 +113,9 @@ class DetectorInput:
     GPUs the node is known to have (remembered across restarts); ``config`` is the detector's own
     thresholds (commented data, ``healthcheck/thresholds.yaml``). ``slices`` (the slices topic) and
     ``attribution`` (who owns each process) are what the slices detector measures slices by.
+    ``repaired`` are the UUIDs of the GPUs reset since the previous sample (a counter only a reset
+    sets back went backwards), or of every GPU in the snapshot once the node rebooted: what a
+    detector counted towards a fault that such a repair clears starts again.
     """
 
     now: float
@@ -123,6 +126,7 @@ class DetectorInput:
     config: Mapping[str, Any]
     slices: SliceTable = field(default_factory=SliceTable)
     attribution: AttributionSnapshot | None = None
+    repaired: frozenset[str] = frozenset()
 
 
 class Detector(Protocol):

@@ -16,7 +16,9 @@ Faults (severity, action and clearing: ``healthcheck/policy.yaml``):
   ``repeats_escalate`` (the application XIDs and unknown codes) came in ``app_xid_bursts``
   bursts within ``app_xid_window_seconds`` on one GPU; a burst is XIDs of one code on one GPU
   less than ``app_xid_burst_seconds`` apart. It stays active while the window holds enough
-  bursts, so it ends once old bursts age out.
+  bursts, so it ends once old bursts age out, or once the GPU is reset or the node reboots
+  (``DetectorInput.repaired``: the reset it asks for was done, so its bursts are forgotten and
+  an XID after the reset starts a new burst).
 - ``recovery_gpu_reset``, ``recovery_node_reboot``, ``recovery_drain_p2p``,
   ``recovery_drain_and_reset``: the driver's recovery action (NVML field
   NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230; ``GpuSnapshot.recovery_action`` when the reader
@@ -134,6 +136,7 @@ def driver(state: Any, data: DetectorInput) -> tuple[Any, list[Finding]]:
     events = sorted(data.xids, key=lambda e: e.received_at)
     for event in events:
         recent.setdefault(event.uuid, []).append([event.received_at, event.xid])
+    bursts = {u: codes for u, codes in bursts.items() if u not in data.repaired}
     burst_gap = config["app_xid_burst_seconds"]
     groups: dict[tuple[str, int | None, int], list[Any]] = {}  # one finding per GPU, instance and code
     for event in events:

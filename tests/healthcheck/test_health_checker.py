@@ -335,6 +335,8 @@ async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_p
     await publish(state, snapshot(3.0, (reset, make_gpu(1))))
     await until(lambda: len(detectors.calls) == 3)
     await until(lambda: gpu_state(state, 0) == HEALTHY)
+    # the detectors are told too, so that what they counted towards the fault starts again
+    assert [call.repaired for call in detectors.calls] == [frozenset(), frozenset(), {uuid_for(0)}]
     await running.stop()
 
 
@@ -363,6 +365,8 @@ async def test_a_reboot_while_running_clears_what_a_reboot_clears_and_retires_gp
     boot_id.write_text("boot-2\n")  # the agent keeps running
     with caplog.at_level(logging.INFO, logger="runtimekit.health"):
         await next_evaluation(state, running, snapshot(4.0))
+    assert detectors.calls[-1].repaired == {uuid_for(0), uuid_for(1)}  # every GPU of the sample: the node rebooted
+    assert detectors.calls[-2].repaired == frozenset()
     assert [(g.index, g.state) for g in state.health.gpus] == [(0, HEALTHY), (1, HEALTHY)]
     assert running.checker.machine.gpus[uuid_for(2)].retired
     assert "boot id changed (boot-1 → boot-2) while the agent runs" in caplog.text

@@ -434,6 +434,24 @@ def test_xid_13_in_five_bursts_within_a_day_escalates() -> None:
     assert found == []
 
 
+def test_a_reset_or_reboot_forgets_the_bursts_it_was_asked_for() -> None:
+    """xid_13_repeated asks for a reset: once the GPU is reset (or the node rebooted), its bursts are
+    done with — the warning ends at once, not when the bursts age out a day later — and an XID
+    after the reset starts a new burst, however close to the last one."""
+    state = None
+    for n in range(5):
+        at = T0 + n * HOUR
+        state, found = driver(state, make_input(node(make_gpu(0, at=at), make_gpu(1, at=at)),
+                                                xids=[xid(13, at=at), xid(13, gpu=1, at=at)], now=at))
+    assert faults(found) >= {(0, "xid_13_repeated"), (1, "xid_13_repeated")}
+    at = T0 + 4 * HOUR + 5
+    repaired = dataclasses.replace(make_input(node(make_gpu(0, at=at), make_gpu(1, at=at)), xids=[xid(13, at=at)], now=at),
+                       repaired=frozenset({uuid_for(0)}))
+    state, found = driver(state, repaired)
+    assert faults(found) == {(0, "xid_13"), (1, "xid_13_repeated")}  # GPU 1 was not reset
+    assert [b[2] for b in state["bursts"][uuid_for(0)]["13"]] == [1]  # 5 s after the last: a new burst
+
+
 @pytest.mark.parametrize(
     ("events", "escalates"),
     [
