@@ -314,10 +314,22 @@ class Journal:
             row = self._conn.execute("SELECT open, reason FROM breaker WHERE id = 1").fetchone()
         return (bool(row[0]), row[1]) if row else (False, "")
 
-    def open_breaker(self, reason: str, now: float) -> None:
+    def open_breaker(self, reason: str, now: float, for_action: int | None = None) -> bool:
+        """Open the breaker; with ``for_action``, only while that action is still pending (in the
+        same transaction: an alert that resolved while its step was being gated opens nothing).
+        True when it was opened."""
         with self._lock, _tx(self._conn) as conn:
+            if for_action is not None and conn.execute(
+                    "SELECT 1 FROM actions WHERE id = ? AND state = 'pending'", (for_action,)).fetchone() is None:
+                return False
             conn.execute("INSERT OR REPLACE INTO breaker (id, open, reason, changed_at) VALUES (1, 1, ?, ?)",
                          (reason, now))
+            return True
+
+    def is_pending(self, action_id: int) -> bool:
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM actions WHERE id = ? AND state = 'pending'",
+                                      (action_id,)).fetchone() is not None
 
     def actions(self, limit: int = 1000) -> list[Action]:
         """The newest ``limit`` actions, newest first."""

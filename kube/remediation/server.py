@@ -246,6 +246,8 @@ class Worker:
         if action.kind in DISRUPTIVE:
             gate = await self._gate(action, self.clock())
             if gate is not None:
+                if not await asyncio.to_thread(self.journal.is_pending, action.id):
+                    return None  # its alert resolved while it was gated: the resolution skipped it
                 return "skipped", {"reason": gate}
         if self.config.dry_run:
             return "skipped", steps_module.dry_run_result(self.config, action, labels)
@@ -277,8 +279,7 @@ class Worker:
         needs_total = not is_open and needs_cluster_size(self.policy, action.node, now, actioned)
         total = await self._cluster_size() if needs_total else 0
         verdict = breaker_verdict(self.policy, action.node, now, actioned, total, is_open)
-        if verdict.opens_breaker:
-            await asyncio.to_thread(self.journal.open_breaker, verdict.reason, now)
+        if verdict.opens_breaker and await asyncio.to_thread(self.journal.open_breaker, verdict.reason, now, action.id):
             log.error("%s", verdict.reason)
         return None if verdict.allowed else verdict.reason
 

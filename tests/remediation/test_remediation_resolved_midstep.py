@@ -179,3 +179,41 @@ async def test_an_outcome_the_journal_cannot_record_is_logged_and_counted(held, 
         await client.close()
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("replace on gpu-3" in line and "no longer pending" in line and "done" in line for line in lines), lines
+
+
+class HeldWhileCounting:
+    """The real NodeApi, held by ``hold`` while the breaker counts the cluster's nodes."""
+
+    def __init__(self, api: KubernetesNodeApi, hold: Hold) -> None:
+        self.api, self.hold = api, hold
+
+    async def count_nodes(self) -> int:
+        await self.hold()
+        return await self.api.count_nodes()
+
+    def __getattr__(self, name: str):
+        return getattr(self.api, name)
+
+
+async def test_an_alert_resolved_while_the_breaker_counts_the_nodes_opens_nothing(held, tmp_path):
+    """The gate runs before the step begins, and counting the cluster's nodes takes an API call: an
+    alert that resolves meanwhile must not open the breaker for a step that will not run, nor
+    leave an outcome the journal cannot record. 1 node of 4 is over max_percent 20: the gate
+    would open the breaker, had the alert not resolved."""
+    _, replacement, url, hold = held
+    config = load(write_config(tmp_path, url, ladders={"replace_node": ["replace"]},
+                               breaker={"max_nodes": 10, "max_percent": 20, "min_nodes": 1}))
+    journal = Journal(config.db_path)
+    _receive(journal, config, fingerprint="a", node="gpu-1")
+    async with aiohttp.ClientSession() as session:
+        api = HeldWhileCounting(KubernetesNodeApi(str(tmp_path / "kubeconfig")), hold)
+        worker = Worker(config, journal, Steps(config, api, session))
+        running = asyncio.create_task(worker.run_once())
+        await hold.reached()  # the gate is counting the nodes
+        _receive(journal, config, fingerprint="a", node="gpu-1", status="resolved")
+        hold.release.set()
+        assert await asyncio.wait_for(running, GUARD_SECONDS) == 0
+    assert journal.breaker_state()[0] is False
+    assert _states(journal)[("a", "replace")] == ("skipped", {"reason": "alert resolved before the step ran"})
+    assert worker.counters["outcomes_not_recorded"] == 0
+    assert replacement.calls == []
