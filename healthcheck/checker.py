@@ -55,11 +55,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtimekit.gpu.types import NodeSnapshot, Reading, is_available
+from runtimekit.gpu.types import NodeSnapshot, is_available
 from runtimekit.healthcheck.detectors import DURABLE, DetectorsFailed, readable_gpus
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.recurrence import RECURRING, RecurrenceRule
+from runtimekit.healthcheck.resets import reset_evidence
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
 from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
 from runtimekit.healthcheck.thresholds import for_detector
@@ -73,31 +74,6 @@ RunDetectors = Callable[[Mapping[str, Any], DetectorInput], "tuple[Mapping[str, 
 CHECK_FAILED = "health_check_failed"
 BOOT_ID_CHECK_SECONDS = 5.0  # how often (at most) a running checker reads the boot id again
 
-
-def reset_evidence(previous: NodeSnapshot | None, snapshot: NodeSnapshot) -> frozenset[str]:
-    """UUIDs of GPUs that were reset between two samples: a counter that only a reset (or a driver
-    reload) sets back went backwards — the energy counter (mJ since driver load) or the volatile
-    ECC counts. Readings that are unavailable on either side prove nothing."""
-    if previous is None:
-        return frozenset()
-    before = {uuid: gpu for gpu in previous.gpus if is_available(uuid := gpu.uuid)}
-    resets: set[str] = set()
-    for gpu in snapshot.gpus:
-        uuid = gpu.uuid
-        if not is_available(uuid):
-            continue  # a GPU without a UUID cannot be matched with its previous sample
-        old = before.get(uuid)
-        if old is None or gpu.lost or old.lost:
-            continue
-        pairs: list[tuple[Reading[float], Reading[float]]] = []
-        if gpu.power is not None and old.power is not None:
-            pairs.append((old.power.energy_joules, gpu.power.energy_joules))
-        if gpu.ecc is not None and old.ecc is not None:
-            pairs.append((old.ecc.corrected_volatile, gpu.ecc.corrected_volatile))
-            pairs.append((old.ecc.uncorrected_volatile, gpu.ecc.uncorrected_volatile))
-        if any(is_available(a) and is_available(b) and b < a for a, b in pairs):
-            resets.add(uuid)
-    return frozenset(resets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +189,12 @@ class HealthChecker:
         if sampled:
             await self._check_boot_id()
         previous = self._previous if sampled else snapshot
-        resets = reset_evidence(self._previous, snapshot) if sampled else frozenset()
+        resets = reset_evidence(self._previous, snapshot) if sampled else {}
         rebooted = frozenset(u for g in snapshot.gpus if is_available(u := g.uuid)) if self._boot_id_changed else frozenset()
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
             expected_gpus=self.expected_gpus, config=self._thresholds, slices=view.slices, attribution=view.attribution,
-            repaired=resets | rebooted,
+            repaired=frozenset(resets) | rebooted,
         )
         outcome, failure = await self._detect(data)
         if outcome is not None:
@@ -234,7 +210,7 @@ class HealthChecker:
             findings, cpu = (*outcome.findings, *self._partial(outcome, snapshot)), outcome.cpu_seconds
             sampled = sampled and not outcome.failed  # a failed probe clears nothing
         else:
-            resets, sampled, cpu = frozenset(), False, 0.0
+            resets, sampled, cpu = {}, False, 0.0
             findings = (default_policy().node_finding(CHECK_FAILED, failure),)
         identified = tuple((g.index, uuid) for g in snapshot.gpus if is_available(uuid := g.uuid))
         on_slices = tuple(f for f in findings if f.slice_id is not None)

@@ -57,6 +57,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from runtimekit.healthcheck.recurrence import RecurrenceRule, recur
+from runtimekit.healthcheck.resets import seen_after_reset
 from runtimekit.healthcheck.types import (
     ACTIONS,
     CLEARS_ON_REBOOT,
@@ -124,7 +125,8 @@ class MachineInput:
     ``gpus`` are (index, uuid) of the GPUs in the snapshot whose UUID is known (lost ones included;
     a GPU that left the snapshot keeps its record). ``sampled`` is False for an event-only evaluation (no new
     sample: absence of a finding proves nothing). ``resets`` are the uuids of GPUs with evidence
-    of a GPU reset since the previous sample (counters that went backwards); ``boot_id_changed``
+    of a GPU reset since the previous sample (counters that went backwards), each with about when
+    it happened (``healthcheck/resets.py``); ``boot_id_changed``
     means the node rebooted since the state was saved (a reboot resets every GPU). ``judged`` are
     the uuids of the GPUs whose readings the detectors judged in this sample (None: every GPU);
     only those count the sample as clean.
@@ -134,7 +136,7 @@ class MachineInput:
     findings: tuple[Finding, ...] = ()
     gpus: tuple[tuple[int, str], ...] = ()
     sampled: bool = True
-    resets: frozenset[str] = frozenset()
+    resets: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # uuid -> when (resets.py)
     boot_id_changed: bool = False
     clean_samples: int = 3
     inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
@@ -227,6 +229,8 @@ def step(state: MachineState, data: MachineInput) -> Step:
             continue
         reset = data.boot_id_changed or uuid in data.resets
         record, found = records[uuid], by_gpu.get(uuid, [])
+        if uuid in data.resets and not data.boot_id_changed:
+            found = [*found, *seen_after_reset(record.index, uuid, record.faults, data.resets[uuid])]
         if data.recurrence is not None:
             kept = [h for h in record.faults if not _cleared_by(h, data, reset)]
             interventions, found = recur(data.recurrence, record.index, uuid, record.interventions, kept, found, data.now)

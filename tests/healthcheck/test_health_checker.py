@@ -14,7 +14,8 @@ import pytest
 from exporter_factories import make_gpu, make_lost_gpu, make_snapshot, uuid_for
 
 from runtimekit.gpu.types import NOT_SUPPORTED, Ecc, Power, Unavailable, XidEvent
-from runtimekit.healthcheck.checker import CHECK_FAILED, HealthChecker, reset_evidence
+from runtimekit.healthcheck.checker import CHECK_FAILED, HealthChecker
+from runtimekit.healthcheck.resets import reset_evidence
 from runtimekit.healthcheck.store import HealthStore
 from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
@@ -295,24 +296,34 @@ async def test_each_transition_is_logged_once(tmp_path, boot_id, caplog):
     await running.stop()
 
 
-def test_reset_evidence_counters_going_backwards():
-    def gpu(index, energy=1000.0, corrected=3, uncorrected=0):
-        base = make_gpu(index)
+T0 = 1_700_000_000.0
+
+
+def test_reset_evidence_counters_going_backwards_and_when():
+    """Which GPUs were reset between two samples 10 s apart, and about when: the energy counter
+    restarted at the reset, so energy / draw (312.5 W) seconds before the sample; kept between the
+    samples; the sample's time when only the ECC counters showed it."""
+    def gpu(index, energy=1000.0, corrected=3, uncorrected=0, at=T0):
+        base = make_gpu(index, sampled_at=at)
         return dataclasses.replace(base, power=dataclasses.replace(base.power, energy_joules=energy),
                                    ecc=dataclasses.replace(base.ecc, corrected_volatile=corrected,
                                                            uncorrected_volatile=uncorrected))
-    before = make_snapshot((gpu(0), gpu(1), gpu(2), gpu(3), gpu(4, uncorrected=2), make_gpu(5)))
+    before = make_snapshot((gpu(0), gpu(1), gpu(2), gpu(3), gpu(4, uncorrected=2), make_gpu(5), gpu(6)))
     after = make_snapshot((
-        gpu(0, energy=1010.0),  # growing: no reset
-        gpu(1, energy=5.0),  # energy counter restarted
-        gpu(2, corrected=0, energy=1020.0),  # volatile ECC cleared
-        dataclasses.replace(gpu(3), power=Power(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),
+        gpu(0, energy=1010.0, at=T0 + 10),  # growing: no reset
+        gpu(1, energy=625.0, at=T0 + 10),  # energy counter restarted 2 s before the sample
+        gpu(2, corrected=0, energy=1020.0, at=T0 + 10),  # volatile ECC cleared: when is unknown
+        dataclasses.replace(gpu(3, at=T0 + 10), power=Power(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),
                             ecc=Ecc(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED)),
-        gpu(4, uncorrected=0, energy=1100.0),
+        gpu(4, uncorrected=0, energy=1100.0, at=T0 + 10),
         make_lost_gpu(5),
+        gpu(6, energy=999.0, at=T0 + 10),  # 3.2 s of energy since the reset, but only 10 s since the sample before
     ))
-    assert reset_evidence(before, after) == {uuid_for(1), uuid_for(2), uuid_for(4)}
-    assert reset_evidence(None, after) == frozenset()
+    assert reset_evidence(before, after) == {
+        uuid_for(1): pytest.approx(T0 + 8), uuid_for(2): T0 + 10, uuid_for(4): T0 + 10, uuid_for(6): pytest.approx(T0 + 6.8)}
+    assert reset_evidence(None, after) == {}
+    late = make_snapshot((gpu(1, energy=10_000.0, at=T0 + 10),))  # would be 32 s ago: kept after the sample before
+    assert reset_evidence(make_snapshot((gpu(1, energy=20_000.0),)), late) == {uuid_for(1): T0}
 
 
 async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_path, boot_id):
@@ -331,7 +342,7 @@ async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_p
     await publish(state, snapshot(2.0))
     await until(lambda: len(detectors.calls) == 2)
     assert gpu_state(state, 0) == UNHEALTHY  # sticky
-    reset = make_gpu(0, power=Power(draw_watts=100.0, limit_watts=700.0, energy_joules=1.0))
+    reset = make_gpu(0, sampled_at=time.time(), power=Power(draw_watts=100.0, limit_watts=700.0, energy_joules=1.0))
     await publish(state, snapshot(3.0, (reset, make_gpu(1))))
     await until(lambda: len(detectors.calls) == 3)
     await until(lambda: gpu_state(state, 0) == HEALTHY)

@@ -27,6 +27,7 @@ from runtimekit.healthcheck.types import (
 U0, U1 = "GPU-0", "GPU-1"
 GPUS = ((0, U0), (1, U1))
 N = 3  # clean samples to clear
+LATE = 9999.0  # a reset after every evaluation here: it clears whatever it clears
 
 
 def f(fault="ecc", severity=CRITICAL, clears=CLEARS_WHEN_CLEAN, uuid=U0, index=0, action=DRAIN_AND_RESET_GPU,
@@ -64,17 +65,17 @@ PATHS = {
     "critical to warning: suspect": ([CRIT, WARN], [UNHEALTHY, SUSPECT]),
     "sticky on reset survives clean samples": ([(f(clears=CLEARS_ON_RESET),)] + [CLEAN] * 10, [UNHEALTHY] * 11),
     "sticky on reboot survives clean samples": ([(f(clears=CLEARS_ON_REBOOT),)] + [CLEAN] * 10, [UNHEALTHY] * 11),
-    "reset clears reset-sticky": ([(f(clears=CLEARS_ON_RESET),), CLEAN, {"resets": frozenset({U0})}],
+    "reset clears reset-sticky": ([(f(clears=CLEARS_ON_RESET),), CLEAN, {"resets": {U0: LATE}}],
                                   [UNHEALTHY, UNHEALTHY, HEALTHY]),
-    "reset of another GPU clears nothing": ([(f(clears=CLEARS_ON_RESET),), {"resets": frozenset({U1})}],
+    "reset of another GPU clears nothing": ([(f(clears=CLEARS_ON_RESET),), {"resets": {U1: LATE}}],
                                             [UNHEALTHY, UNHEALTHY]),
-    "reset does not clear reboot-sticky": ([(f(clears=CLEARS_ON_REBOOT),), {"resets": frozenset({U0})}],
+    "reset does not clear reboot-sticky": ([(f(clears=CLEARS_ON_REBOOT),), {"resets": {U0: LATE}}],
                                            [UNHEALTHY, UNHEALTHY]),
     "boot id change clears both sticky kinds": (
         [(f("a", clears=CLEARS_ON_RESET), f("b", clears=CLEARS_ON_REBOOT)), {"boot_id_changed": True}],
         [UNHEALTHY, HEALTHY]),
     "still signalled after the reset: back at once": (
-        [(f(clears=CLEARS_ON_RESET),), {"resets": frozenset({U0}), "findings": (f(clears=CLEARS_ON_RESET),)}],
+        [(f(clears=CLEARS_ON_RESET),), {"resets": {U0: LATE}, "findings": (f(clears=CLEARS_ON_RESET),)}],
         [UNHEALTHY, UNHEALTHY]),
     "event-only evaluations never count as clean": (
         [CRIT, {"sampled": False}, {"sampled": False}, {"sampled": False}, CLEAN],

@@ -37,7 +37,7 @@ REMAP = found("row_remap_pending")  # a warning a reset clears: routine, not an 
 
 
 def evaluate(state: MachineState, now: float, *findings, resets=(), reboot=False) -> MachineState:
-    data = MachineInput(now=now, findings=findings, gpus=GPUS, resets=frozenset(resets), boot_id_changed=reboot,
+    data = MachineInput(now=now, findings=findings, gpus=GPUS, resets={uuid: now for uuid in resets}, boot_id_changed=reboot,
                         recurrence=RULE)
     return step(state, data).state
 
@@ -88,6 +88,23 @@ def test_interventions_older_than_the_window_do_not_count() -> None:
 def test_warnings_instance_faults_and_application_xids_are_not_interventions(fault) -> None:
     state = repaired_cycles([0.0, 1 * DAY, 2 * DAY, 3 * DAY], fault=fault)
     assert state.gpus[U0].interventions == () and not recurring(state)
+
+
+def test_a_fault_seen_after_the_reset_is_raised_again_not_cleared() -> None:
+    """The reset (seen at the sample at 10.0) happened at about 5.0; XID 119 was seen at 2.0 and
+    again at 8.0, after it: the reset clears the first occurrence, the second is held and is an
+    intervention of its own. Seen within the margin after the reset, it is taken as before it."""
+    state = evaluate(MachineState(), 2.0, GSP)
+    state = evaluate(state, 8.0, GSP)  # an event-only evaluation between the reset and the sample
+    data = MachineInput(now=10.0, gpus=GPUS, resets={U0: 5.0}, recurrence=RULE)
+    result = step(state, data)
+    held = {f.fault: f for f in result.state.gpus[U0].faults}
+    assert held["xid_119"].first_seen == 10.0 and "again after the GPU reset" in held["xid_119"].evidence
+    assert result.state.gpus[U0].state == UNHEALTHY and result.state.gpus[U0].interventions == (2.0, 10.0)
+    assert [f.fault for _, _, f in result.cleared] == ["xid_119"] and [f.fault for _, _, f in result.new_faults] == ["xid_119"]
+    assert result.state.fault_events_total[(U0, "xid_119", CRITICAL)] == 2
+    just_after = step(evaluate(MachineState(), 5.3, GSP), data).state  # within 0.5 s of the reset
+    assert just_after.gpus[U0].faults == () and just_after.gpus[U0].interventions == (5.3,)
 
 
 def test_an_unreadable_health_state_is_no_intervention() -> None:
@@ -151,5 +168,25 @@ def test_the_agent_asks_for_a_spare_node_after_the_third_reset(tmp_path) -> None
         metric = ('runtimekit_gpu_fault_active{action="replace_node",class="hardware",'
                   f'fault="{RECURRING}",gpu="2",')
         assert any(line.startswith(metric) and line.endswith(" 1.0") for line in agent.metrics_text().splitlines())
+    finally:
+        agent.stop()
+
+
+def test_the_agent_keeps_an_xid_that_came_after_the_reset_before_the_next_sample(tmp_path) -> None:
+    """XID 119, a GPU reset, and XID 119 again a second later — before the sample that shows the
+    reset: the second XID stays (and is the GPU's second intervention), it is not cleared with the first."""
+    agent = start_agent(tmp_path, "--sim", "dgx-h100", "--interval", "2", "--sim-processes", "0", "--sim-load", "idle")
+    try:
+        faults, wait = agent.gpu_faults, agent.wait_for
+        wait(lambda: agent.samples_total() >= 3)  # the energy counter has run longer than an interval
+        inject_remote(agent.url, 2, "xid", {"xid": 119})
+        wait(lambda: "xid_119" in faults(2))
+        request_json("POST", agent.url + "/sim/v1/reset", {"gpu": 2}, 5.0)
+        time.sleep(1.0)
+        inject_remote(agent.url, 2, "xid", {"xid": 119})
+        after = agent.samples_total()
+        wait(lambda: agent.samples_total() >= after + 2)  # the reset is seen, and a sample after it
+        assert "xid_119" in faults(2), agent.log()[-3000:]
+        assert agent.value("runtimekit_gpu_fault_events_total", gpu="2", fault="xid_119") == 2.0
     finally:
         agent.stop()
