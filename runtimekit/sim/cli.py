@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from runtimekit.cli_args import EXIT_USAGE
+from runtimekit.cli_status import agent_address
 from runtimekit.client import inject_remote, reboot_remote, request_json
 from runtimekit.sim.cli_args import (
     add_fault_arguments,
@@ -23,12 +24,19 @@ from runtimekit.sim.cli_args import (
 from runtimekit.sim.scenario import list_scenarios, load_scenario
 
 
+def agent_url(text: str) -> str:
+    """``--agent``: the agent's URL, or HOST:PORT read as http://HOST:PORT (as ``runtimekit status
+    --address`` reads it); the rule it breaks otherwise."""
+    checked = agent_address(text)
+    return checked if "://" in checked else f"http://{checked}"
+
+
 def add_sim_parser(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("sim", help="the simulated GPU node: scenarios, fault injection, recording")
     sim_commands = sim.add_subparsers(dest="sim_command", required=True, metavar="COMMAND")
 
     inject = sim_commands.add_parser("inject", help="inject (or --clear) a fault into a running agent on the simulator")
-    inject.add_argument("--agent", required=True, metavar="URL", help="the agent, e.g. http://127.0.0.1:9445")
+    inject.add_argument("--agent", required=True, type=agent_url, metavar="URL", help="the agent, e.g. http://127.0.0.1:9445")
     inject.add_argument("--gpu", required=True, type=int, metavar="N", help="GPU index")
     inject.add_argument("--clear", action="store_true",
                         help="undo the fault: every --fault KIND fault on the GPU (all its links), or every fault "
@@ -39,7 +47,7 @@ def add_sim_parser(commands: argparse._SubParsersAction) -> None:
 
     pod = sim_commands.add_parser("pod", help="list, add, finish (a Job done) or delete simulated pods on a running agent")
     pod.add_argument("action", choices=("list", "add", "finish", "delete"))
-    pod.add_argument("--agent", required=True, metavar="URL")
+    pod.add_argument("--agent", required=True, type=agent_url, metavar="URL")
     pod.add_argument("--namespace", default="default")
     pod.add_argument("--name", help="pod name (add, finish, delete)")
     pod.add_argument("--phase", default="Succeeded", choices=("Succeeded", "Failed"), help="how it finished (finish)")
@@ -51,7 +59,7 @@ def add_sim_parser(commands: argparse._SubParsersAction) -> None:
 
     process = sim_commands.add_parser("process", help="list, add or delete simulated GPU processes")
     process.add_argument("action", choices=("list", "add", "delete"))
-    process.add_argument("--agent", required=True, metavar="URL")
+    process.add_argument("--agent", required=True, type=agent_url, metavar="URL")
     process.add_argument("--gpu", type=int, help="GPU index (add)")
     process.add_argument("--bytes", type=int, default=1 << 30, help="GPU memory it holds (add)")
     process.add_argument("--name", default="python", help="process name (add)")
@@ -65,19 +73,19 @@ def add_sim_parser(commands: argparse._SubParsersAction) -> None:
     source = sim_commands.add_parser("source", help="stop or start the fake kubelet or CRI runtime")
     source.add_argument("action", choices=("stop", "start"))
     source.add_argument("source", choices=("kubelet", "cri"))
-    source.add_argument("--agent", required=True, metavar="URL")
+    source.add_argument("--agent", required=True, type=agent_url, metavar="URL")
     source.set_defaults(handler=_run_source)
 
     reboot = sim_commands.add_parser(
         "reboot", help="simulate a reboot of the simulated node: a new boot id, faults cleared, GPUs back"
     )
-    reboot.add_argument("--agent", required=True, metavar="URL")
+    reboot.add_argument("--agent", required=True, type=agent_url, metavar="URL")
     reboot.set_defaults(handler=_run_reboot)
 
     reset = sim_commands.add_parser(
         "reset", help="reset one simulated GPU (nvidia-smi -r): a pending MIG mode takes effect; refused while processes run"
     )
-    reset.add_argument("--agent", required=True, metavar="URL")
+    reset.add_argument("--agent", required=True, type=agent_url, metavar="URL")
     reset.add_argument("--gpu", required=True, type=int, metavar="N", help="GPU index")
     reset.set_defaults(handler=_run_reset)
 

@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from runtimekit.client import AgentClientError, AgentRejectedError, inject_remote
 from runtimekit.sim import FaultError
+from runtimekit.sim.cli import agent_url
 from runtimekit.sim.cli_args import add_fault_arguments, fault_params_from_args
 from runtimekit.sim.control import add_control_routes, is_loopback
 
@@ -121,3 +122,16 @@ def test_cli_args():
         fault_params_from_args("xid", p.parse_args(["--width", "4"]))
     with pytest.raises(SystemExit):
         p.parse_args(["--mode", "sideways"])
+
+
+@pytest.mark.parametrize("given,url", [("127.0.0.1:9445", "http://127.0.0.1:9445"),
+                                       ("http://127.0.0.1:9445", "http://127.0.0.1:9445"),
+                                       ("https://node-7:9445/", "https://node-7:9445/")])
+def test_the_agent_is_a_url_or_host_and_port_as_for_status(given, url):
+    assert agent_url(given) == url
+
+
+@pytest.mark.parametrize("given", ["ftp://127.0.0.1:9445", "127.0.0.1:0", "http://user:pw@127.0.0.1:9445", ":9445"])
+def test_a_bad_agent_address_is_refused_naming_the_rule(given):
+    with pytest.raises(argparse.ArgumentTypeError, match="must"):
+        agent_url(given)
