@@ -209,13 +209,14 @@ def held_by_pods(attribution: AttributionSnapshot | None, pod_uid: str) -> dict[
     return blocked
 
 
-def schedulable(cards: Sequence[Card], blocked: Mapping[str, str], mode: str, by: str = "the health checker") -> list[Card]:
-    """``cards`` less those ``by`` allows no new work on (``blocked``: why, by GPU UUID —
-    ``unschedulable``, ``held_by_pods``); SliceError (failed_precondition, ``device``) naming each
-    card and why when none is left."""
+def schedulable(cards: Sequence[Card], blocked: Mapping[str, tuple[str, str]], mode: str) -> list[Card]:
+    """``cards`` less those that take no new work (``blocked``: by GPU UUID, who says so — the health
+    checker (``unschedulable``), the kubelet (``held_by_pods``) — and why); SliceError
+    (failed_precondition, ``device``) naming each card, why and by whom when none is left."""
     left = [card for card in cards if card.gpu.uuid not in blocked]
     if cards and not left:
-        why = "; ".join(f"GPU {card.index} is {blocked[card.gpu.uuid]}" for card in cards)
+        why = "; ".join(f"GPU {card.index} is {blocked[card.gpu.uuid][1]}" for card in cards)
+        by = " and ".join(dict.fromkeys(blocked[card.gpu.uuid][0] for card in cards))
         which = f"GPU {cards[0].index}" if len(cards) == 1 else f"every card in {mode} mode"
         raise SliceError("failed_precondition", "device", f"{which} takes no new work now, by {by} ({why})")
     return left

@@ -262,7 +262,12 @@ class Slicer:
         profile or placement asked for does not fit (``mig_planner``). The device selector is
         applied here, once: the planners choose among the candidates."""
         view = self._state.view()
-        blocked = unschedulable(view.health)  # no new work where the health checker says so
+        # No new work where the health checker says so, nor (time-shared: a MIG slice is its own
+        # instance, the kubelet's MIG devices are the planner's) on a GPU the kubelet gave a pod.
+        blocked = {uuid: ("the health checker", why) for uuid, why in unschedulable(view.health).items()}
+        if spec.mode == "tdm":
+            for uuid, why in held_by_pods(view.attribution, spec.owner.pod_uid).items():
+                blocked.setdefault(uuid, ("the kubelet", why))
         reserve = self._config.memory_reserve_mib if spec.mode == "tdm" else 0  # MIG: the profiles decide
         if spec.device.any:
             candidates = [c for c in cards.values() if c.mode == spec.mode and c.pending is None]
@@ -275,8 +280,6 @@ class Slicer:
             check_mode(card, spec, books.records.values())
             candidates = [card]
         candidates = schedulable(candidates, blocked, spec.mode)
-        if spec.mode == "tdm":  # a MIG slice is its own instance: the kubelet's MIG devices are the planner's
-            candidates = schedulable(candidates, held_by_pods(view.attribution, spec.owner.pod_uid), spec.mode, "the kubelet")
         slice_id = "s-" + secrets.token_hex(6)
         record = Record(id=slice_id, phase="creating", spec=spec, gpu_uuid="", gpu_index=-1, created_at=self._clock(),
                         compute=spec.compute, memory_mib=spec.memory_mib,

@@ -48,3 +48,16 @@ async def rig(make_slicer: Callable[..., Any]) -> AsyncIterator[Any]:
         yield slicer, state, node
     finally:
         await slicer.close()
+
+
+def publish_verdict(state: Any, unhealthy: dict[int, str]) -> None:
+    """Publish a health verdict on the rig's NodeState: the GPUs of ``unhealthy`` (index -> fault)
+    unhealthy, the others healthy."""
+    from runtimekit.state.health import HEALTHY, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth
+
+    gpus = tuple(
+        GpuHealth(gpu.index, gpu.identity.uuid, UNHEALTHY if gpu.index in unhealthy else HEALTHY,
+                  (ActiveFault(unhealthy[gpu.index], "critical", "reset_gpu", "test", "reset", 0.0, 0.0),)
+                  if gpu.index in unhealthy else ())
+        for gpu in state.view().snapshot.gpus)
+    state.publish_health(NodeHealth(0.0, UNHEALTHY if unhealthy else HEALTHY, "none", gpus))

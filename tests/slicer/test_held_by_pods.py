@@ -6,6 +6,7 @@ pod-resources rows."""
 from __future__ import annotations
 
 import pytest
+from conftest import publish_verdict
 
 from runtimekit.attribution.join import resolve_allocations
 from runtimekit.attribution.types import AttributionSnapshot, Owner, SourceStatus
@@ -46,6 +47,20 @@ async def test_a_card_allocated_to_a_pod_takes_no_time_shared_slice(rig) -> None
     with pytest.raises(SliceError) as full:
         await slicer.create(tdm(90))
     assert full.value.code == "resource_exhausted"  # 2 and 3 were never candidates
+
+
+async def test_a_refusal_names_every_card_and_who_holds_it(rig) -> None:
+    """GPUs 2 and 3 held by pods, 4-7 unhealthy: the refusal lists all six, by the kubelet and the
+    health checker (the cards the health checker left out are named too)."""
+    slicer, state, _ = rig
+    allocate(state)
+    publish_verdict(state, {index: "xid_119" for index in range(4, 8)})
+    with pytest.raises(SliceError) as none:
+        await slicer.create(tdm(10))
+    message = str(none.value)
+    assert message.startswith("device: every card in tdm mode takes no new work now, by the kubelet and the health "
+                              "checker (GPU 2 is allocated to pod ml/trainer-0 (container main); GPU 3 is allocated")
+    assert all(f"GPU {index} is unhealthy: xid_119" in message for index in range(4, 8))
 
 
 async def test_while_the_kubelet_is_unknown_nothing_is_left_out(rig) -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import publish_verdict
 
 from runtimekit.state.slices import SliceError, SliceRequest
 
@@ -340,21 +341,9 @@ async def test_no_mig_card_names_a_way_out_that_would_be_accepted(rig) -> None:
     assert await hint() == "mode: no card is in mig mode yet; GPU 5 will be after a GPU reset (its mode change is pending)"
 
 
-def _verdict(state, unhealthy: dict[int, str]) -> None:  # noqa: ANN001 - the rig's NodeState
-    """Publish a health verdict: the GPUs of ``unhealthy`` (index -> fault) unhealthy, the others healthy."""
-    from runtimekit.state.health import HEALTHY, UNHEALTHY, ActiveFault, GpuHealth, NodeHealth
-
-    gpus = tuple(
-        GpuHealth(gpu.index, gpu.identity.uuid, UNHEALTHY if gpu.index in unhealthy else HEALTHY,
-                  (ActiveFault(unhealthy[gpu.index], "critical", "reset_gpu", "test", "reset", 0.0, 0.0),)
-                  if gpu.index in unhealthy else ())
-        for gpu in state.view().snapshot.gpus)
-    state.publish_health(NodeHealth(0.0, UNHEALTHY if unhealthy else HEALTHY, "none", gpus))
-
-
 async def test_no_slice_goes_to_a_card_the_health_checker_allows_no_new_work_on(rig) -> None:
     slicer, state, _ = rig
-    _verdict(state, {2: "gpu_lost"})
+    publish_verdict(state, {2: "gpu_lost"})
     with pytest.raises(SliceError) as refused:
         await slicer.create(tdm(10, "1GiB", device="2"))
     assert (refused.value.code, refused.value.field) == ("failed_precondition", "device")
@@ -362,10 +351,10 @@ async def test_no_slice_goes_to_a_card_the_health_checker_allows_no_new_work_on(
                                   "(GPU 2 is unhealthy: gpu_lost)")
     placed = {(await slicer.create(tdm(90, "1GiB"))).gpu.index for _ in range(5)}  # any card: never GPU 2
     assert 2 not in placed and len(placed) == 5
-    _verdict(state, {index: "row_remap_failure" for index in range(2, 8)})  # every TDM card
+    publish_verdict(state, {index: "row_remap_failure" for index in range(2, 8)})  # every TDM card
     with pytest.raises(SliceError) as none:
         await slicer.create(tdm(10, "1GiB"))
     assert str(none.value).startswith("device: every card in tdm mode takes no new work now, by the health checker "
                                       "(GPU 2 is unhealthy: row_remap_failure; GPU 3 is unhealthy: row_remap_failure;")
-    _verdict(state, {})
+    publish_verdict(state, {})
     assert (await slicer.create(tdm(10, "1GiB", device="2"))).gpu.index == 2  # healthy again: taken
