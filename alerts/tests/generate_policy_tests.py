@@ -6,11 +6,14 @@ the fault policy's labels (action, class, severity) and of the agent's self aler
 Each case names a fault with the labels the agent exports for it (healthcheck/policy.yaml), so a
 firing case checks the routing, and a quiet case checks that a fault of another action, class or
 severity does not reach the alert (a contained ECC error never reaches node replacement).
-Annotations are rendered here from the rule's templates with the case's labels.
+Annotations are rendered here from the rule's templates with the case's labels: `{{ $labels.x }}`,
+branches on labels (`{{ if eq $labels.x "v" }}…{{ else if eq $labels.y "w" }}…{{ else }}…{{ end }}`,
+not nested) and the pods block; anything else in a template is an error here.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from runtimekit.healthcheck.policy import default_policy  # noqa: E402
+from runtimekit.healthcheck.store import unknown_finding  # noqa: E402
 
 RULES = ROOT / "alerts" / "runtimekit.rules.yml"
 TARGET = ROOT / "alerts" / "tests" / "runtimekit_policy_test.yml"
@@ -50,18 +54,52 @@ EXTRA_GPU_CASES = [  # (alert, fault, fires): more routing checks
     ("RuntimeKitGPUDrainAndReset", "nvlink_recovery_errors", True),
     ("RuntimeKitGPUResetWhenIdle", "nvlink_errors", False),  # a low link-error rate: watched, not alerted
     ("RuntimeKitGPUThermalSlowdown", "thermal_slowdown", False),  # warning level: not alerted
+    ("RuntimeKitGPUReplaceNode", "retired_pages_limit", True),
+    ("RuntimeKitGPUReplaceNode", "gpu_fault_recurring", True),  # class hardware: repairs that do not last
+    ("RuntimeKitGPURebootNode", "gpu_fault_recurring", False),
+    ("RuntimeKitGPUDrainAndReset", "gpu_fault_recurring", False),
 ]
+_UNREADABLE = unknown_finding(0, GPU["uuid"], "")
+# (alert, fault labels) of faults not in policy.yaml, all firing: the store's health_state_unreadable
+# (fixed in code, healthcheck/store.py), and labels no fault of today's policy has, for a
+# description's branch that only a future policy entry would take.
+OTHER_LABEL_CASES = [
+    ("RuntimeKitGPURebootNode", {"fault": _UNREADABLE.fault, "severity": _UNREADABLE.severity,
+                                 "action": _UNREADABLE.action, "class": _UNREADABLE.fault_class}),
+    ("RuntimeKitGPUReplaceNode", {"fault": "xid_999", "severity": "critical", "action": "replace_node", "class": "bus"}),
+]
+_COND = r'eq \$labels\.(\w+) "([^"]*)"'
+_IF_BLOCK = re.compile(r"\{\{ if " + _COND + r" \}\}(.*?)\{\{ end \}\}", re.S)
+_ELSE = re.compile(r"\{\{ else(?: if " + _COND + r")? \}\}")
 
 
 def series(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
+def _branch(block: re.Match[str], labels: dict[str, str]) -> str:
+    """The text of the first branch of an if / else if / else block whose condition holds."""
+    conditions: list[tuple[str, str] | None] = [(block.group(1), block.group(2))]
+    body, texts, pos = block.group(3), [], 0
+    for other in _ELSE.finditer(body):
+        texts.append(body[pos:other.start()])
+        conditions.append((other.group(1), other.group(2)) if other.group(1) else None)
+        pos = other.end()
+    texts.append(body[pos:])
+    for condition, text in zip(conditions, texts, strict=True):
+        if condition is None or labels.get(condition[0]) == condition[1]:
+            return text
+    return ""
+
+
 def render(template: str, labels: dict[str, str]) -> str:
     if PODS_BLOCK_START in template:
         template = template[:template.index(PODS_BLOCK_START)] + PODS_RENDERED
+    template = _IF_BLOCK.sub(lambda block: _branch(block, labels), template)
     for key, value in labels.items():
         template = template.replace(f"{{{{ $labels.{key} }}}}", value)
+    if "{{ if" in template or "{{ else" in template:
+        raise ValueError(f"a template construct this generator cannot render: {template!r}")
     return template
 
 
@@ -75,8 +113,8 @@ def fault_labels(fault: str) -> dict[str, str]:
     return {**TARGET_LABELS, **GPU, "fault": fault, "severity": p.severity, "action": p.action, "class": p.fault_class}
 
 
-def gpu_case(alert: str, fault: str, fires: bool, rule: dict) -> dict:
-    labels = fault_labels(fault)
+def gpu_case(alert: str, fault: str, fires: bool, rule: dict, labels: dict[str, str] | None = None) -> dict:
+    labels = labels or fault_labels(fault)
     wait = {"0s": 1, "1m": 2, "5m": 6, "15m": 16}[rule["for"]]
     case: dict = {
         "name": f"{alert} {'fires on' if fires else 'does not fire on'} {fault} "
@@ -161,6 +199,8 @@ def document() -> str:
         tests.append(gpu_case(alert, quiet, False, all_rules[alert]))
     for alert, fault, fires in EXTRA_GPU_CASES:
         tests.append(gpu_case(alert, fault, fires, all_rules[alert]))
+    for alert, labels in OTHER_LABEL_CASES:
+        tests.append(gpu_case(alert, labels["fault"], True, all_rules[alert], {**TARGET_LABELS, **GPU, **labels}))
     tests += agent_cases(all_rules)
     doc = {"rule_files": ["../runtimekit.rules.yml"], "evaluation_interval": "1m", "tests": tests}
     header = ("# Generated by alerts/tests/generate_policy_tests.py from the rules and healthcheck/policy.yaml:\n"
