@@ -33,7 +33,7 @@ import aiohttp
 
 from .config import RemediationConfig
 from .holds import CORDON, CORDONED_BY, TAINTED_BY, Decision, Mark, claim, release, taint_mark
-from .journal import UNDOES, Action, idempotency_key
+from .journal import UNDOES, Action, Planner, idempotency_key
 from .ladders import steps_for
 from .nodes import NodeApi, NodeChanged, NodeView
 from .payload import Alert
@@ -55,13 +55,54 @@ def plan(config: RemediationConfig, alert: Alert) -> tuple[str, list[str]] | Non
     """The node and the ordered steps an alert asks for, or None (pure).
 
     The ladder is chosen by the alert's action label alone (``ladders.py``); an alert without a
-    node label, or whose action label is missing or not an action name, asks for nothing.
+    node label, or whose action label is missing or not an action name, asks for nothing
+    (``unactionable`` tells those mistakes from an empty ladder).
     """
     node = alert.labels.get(config.node_label, "")
     steps = steps_for(config.ladders, alert.labels.get(config.action_label, ""))
     if not node or not steps:
         return None
     return node, steps
+
+
+UNACTIONABLE = ("no_node_label", "unknown_action")  # the reasons unactionable() gives; /metrics shows each
+
+
+def unactionable(config: RemediationConfig, alert: Alert) -> str | None:
+    """Why a firing alert asks for nothing by mistake, or None (pure): ``"unknown_action"`` when its
+    action label is not an action name, ``"no_node_label"`` when its ladder has steps but it names
+    no node. An alert whose action's ladder is empty (``none``, say) asks for nothing on purpose."""
+    if alert.status != "firing":
+        return None
+    steps = steps_for(config.ladders, alert.labels.get(config.action_label, ""))
+    if steps is None:
+        return "unknown_action"
+    return "no_node_label" if steps and not alert.labels.get(config.node_label) else None
+
+
+def collecting_plan(config: RemediationConfig, found: list[tuple[str, Alert]]) -> Planner:
+    """``plan`` for ``Journal.receive``, which calls it for new alerts only (never for Alertmanager's
+    re-sends), that also appends (reason, alert) to ``found`` for each alert ``unactionable`` finds:
+    so each such alert is counted and reported once, after the journal commit."""
+    def planner(alert: Alert) -> tuple[str, list[str]] | None:
+        reason = unactionable(config, alert)
+        if reason:
+            found.append((reason, alert))
+        return plan(config, alert)
+    return planner
+
+
+def warn_unactionable(config: RemediationConfig, found: Collection[tuple[str, Alert]], shown: int = 3) -> None:
+    """One warning for the alerts of a notification without the node label, naming the first
+    ``shown`` (alertname, fingerprint): nothing else would show them, and on a bare-metal install
+    the label comes from the scrape config. An unknown action label has its own warning (server.py)."""
+    missing = [alert for reason, alert in found if reason == "no_node_label"]
+    if not missing:
+        return
+    named = ", ".join(f"{a.labels.get('alertname', '?')} (fingerprint {a.fingerprint})" for a in missing[:shown])
+    more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+    log.warning("%d alert(s) without the %r label name no node, so their ladder is not run (add the label in "
+                "Prometheus' scrape config, or set node_label): %s%s", len(missing), config.node_label, named, more)
 
 
 def _split(value: str) -> list[str]:
@@ -73,12 +114,16 @@ def replacement_body(config: RemediationConfig, action: Action, labels: Mapping[
 
     ``gpu_uuids`` comes from the ``uuid`` label and ``gpu_indices`` from the ``gpu`` label (the
     agent's names, alerts/runtimekit.rules.yml; configurable as ``gpu_uuid_label`` and
-    ``gpu_index_label``); both are lists, empty for node-level alerts that name no GPU.
+    ``gpu_index_label``); both are lists, empty for node-level alerts that name no GPU. ``fault``
+    is the ``fault`` label (``fault_label``): the agent's fault, what the provisioning system must
+    know (row_remap_failure, gpu_fault_recurring), not the alert that routed it; an alert without
+    it (RuntimeKitNodeNVMLDown's rule aggregates it away) is named by its ``alertname``, so the
+    field is never empty.
     """
     fields = {"node": action.node, "gpu_uuids": _split(labels.get(config.gpu_uuid_label, "")),
               "gpu_indices": _split(labels.get(config.gpu_index_label, "")),
-              "fault": labels.get(config.fault_label, ""), "fingerprint": action.fingerprint,
-              "starts_at": action.starts_at}
+              "fault": labels.get(config.fault_label) or labels.get("alertname", ""),
+              "fingerprint": action.fingerprint, "starts_at": action.starts_at}
     return render(config.replacement.body_template, fields)
 
 

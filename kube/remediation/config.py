@@ -150,7 +150,9 @@ class RemediationConfig:
     # `gpu` (the NVML index); node-level alerts (NVML down, GPUs missing) carry neither.
     gpu_uuid_label: str = setting("uuid", "alert label with the GPU UUID(s), comma-separated")
     gpu_index_label: str = setting("gpu", "alert label with the GPU index(es), comma-separated")
-    fault_label: str = setting("alertname", "alert label describing the fault")
+    # The shipped alerts carry the agent's fault name (row_remap_failure, gpu_lost) as `fault`, but
+    # RuntimeKitNodeNVMLDown aggregates it away: a request for it names the alert (actions.py).
+    fault_label: str = setting("fault", "alert label naming the fault; an alert without it is named by its alertname")
     action_label: str = setting("action", "alert label with the agent's action; it chooses the ladder")
     # Keyed by the agent's action names (ladders.py has the defaults, one comment each); merged
     # over the defaults, so naming one action leaves the others as they are.

@@ -288,13 +288,21 @@ class Journal:
                 "AND updated_at >= ?", (*DISRUPTIVE, since)).fetchall()
         return [(node, at) for node, at, result in rows if not json.loads(result or "{}").get("dry_run")]
 
-    def last_other_alert_at(self, node: str, fingerprint: str, starts_at: str) -> float | None:
+    def last_other_alert_at(self, node: str, fingerprint: str, starts_at: str, dry_run: bool = False) -> float | None:
+        """When (seconds since the epoch) a disruptive step of another alert last finished on
+        ``node``: done steps only, for the cooldown. With ``dry_run`` the steps a dry run described
+        (skipped, result ``dry_run``) count as done too, so a dry run skips what live mode would;
+        live mode never counts them: what was only described was never done, and a node must not
+        be held in a cooldown after ``dry_run`` is turned off."""
         marks = ",".join("?" * len(DISRUPTIVE))
+        states = ("done", "skipped") if dry_run else ("done",)
         with self._lock:
-            row = self._conn.execute(
-                f"SELECT MAX(updated_at) FROM actions WHERE node = ? AND state = 'done' AND kind IN ({marks}) "
-                "AND NOT (fingerprint = ? AND starts_at = ?)", (node, *DISRUPTIVE, fingerprint, starts_at)).fetchone()
-        return row[0] if row else None
+            rows = self._conn.execute(
+                f"SELECT updated_at, state, result FROM actions WHERE node = ? AND kind IN ({marks}) "
+                f"AND state IN ({','.join('?' * len(states))}) AND NOT (fingerprint = ? AND starts_at = ?)",
+                (node, *DISRUPTIVE, *states, fingerprint, starts_at)).fetchall()
+        times = [at for at, state, result in rows if state == "done" or json.loads(result or "{}").get("dry_run")]
+        return max(times, default=None)
 
     def still_needed(self, action: Action) -> list[str]:
         """For an undo step (uncordon, untaint): the keys of the step it undoes in the ladders of

@@ -2,10 +2,12 @@
 
 ``POST /api/v1/alerts`` answers 200 only after the journal commit; any 4xx journals nothing, and
 a journal it cannot write (another process holds its lock) is a 503 that Alertmanager retries.
-Alerts naming an invalid node are refused by the parser (listed in the answer, counted). Every
-route but ``/healthz`` (liveness) and ``/readyz`` (readiness: the journal can be written) needs
-the webhook's credentials (auth.py), checked with TLS, the request-size limit and the rest of
-the web configuration file by the listener's gate (``runtimekit.webconfig.Guard``).
+Alerts naming an invalid node are refused by the parser (listed in the answer, counted); new firing
+alerts that ask for nothing by mistake (no node label, an action label that is no action) are
+journaled, counted by reason and logged (actions.unactionable). Every route but ``/healthz``
+(liveness) and ``/readyz`` (readiness: the journal can be written) needs the webhook's credentials
+(auth.py), checked with TLS, the request-size limit and the rest of the web configuration file by
+the listener's gate (``runtimekit.webconfig.Guard``).
 
 The worker runs pending actions in ladder order, one at a time, and writes each outcome in the
 transaction that marks it done. The replacement call carries the action's idempotency key, so a
@@ -56,7 +58,7 @@ from .config import RemediationConfig
 from .journal import DISRUPTIVE, UNDOES, Action, Journal
 from .journal_file import JournalError, JournalLocked, check_path
 from .nodes import ApiError, ClusterAccessError, KubernetesNodeApi, NodeApi
-from .payload import PayloadError, parse
+from .payload import Alert, PayloadError, parse
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +112,10 @@ async def post_alerts(request: web.Request) -> web.Response:
         log.warning("refused %d alert(s) of group %s, never acted on: %s", len(notification.refused),
                     notification.group_key, "; ".join(r.error for r in notification.refused[:3]))
     journal = request.app[JOURNAL]
+    unactionable: list[tuple[str, Alert]] = []  # (reason, alert): new alerts that ask for nothing by mistake
     try:
         received = await asyncio.to_thread(journal.receive, notification.alerts,
-                                           lambda alert: steps_module.plan(config, alert), time.time())
+                                           steps_module.collecting_plan(config, unactionable), time.time())
     except sqlite3.Error as error:  # locked by another process past BUSY_SECONDS, or the disk refuses
         counters["rejected_503"] += 1
         log.warning("webhook answered 503: the journal %s cannot be written: %s", journal.path, error)
@@ -120,6 +123,8 @@ async def post_alerts(request: web.Request) -> web.Response:
                                            "retry later"}, status=503,
                                  headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     counters["alerts_received"] += received.new
+    counters.update(f"unactionable_{reason}" for reason, _ in unactionable)
+    steps_module.warn_unactionable(config, unactionable)
     counters["alerts_duplicate"] += received.duplicates
     if notification.truncated_alerts:
         log.warning("Alertmanager truncated %d alerts from group %s", notification.truncated_alerts,
@@ -152,6 +157,12 @@ async def get_metrics(request: web.Request) -> web.Response:
         "Kubernetes node name (never journaled or acted on).",
         "# TYPE runtimekit_remediation_alerts_refused_total counter",
         f"runtimekit_remediation_alerts_refused_total {counters['alerts_refused']}",
+        "# HELP runtimekit_remediation_alerts_unactionable_total New firing alerts that ask for nothing by "
+        "mistake, by reason (no_node_label: their ladder has steps but they name no node; unknown_action: their "
+        "action label is not an action name); journaled, never acted on, each logged as a warning.",
+        "# TYPE runtimekit_remediation_alerts_unactionable_total counter",
+        *(f'runtimekit_remediation_alerts_unactionable_total{{reason="{r}"}} {counters[f"unactionable_{r}"]}'
+          for r in steps_module.UNACTIONABLE),
         "# HELP runtimekit_remediation_requests_rejected_total Requests refused, by HTTP status "
         "(400: a body that breaks a rule, 401: no credentials, 403: client certificate not allowed, 413: body "
         "too large, 415: not application/json, 429: rate limit, 500: web configuration file unusable, 503: the "
@@ -265,10 +276,12 @@ class Worker:
     async def _gate(self, action: Action, now: float) -> str | None:
         """Why a disruptive step must not run now (the cooldown, the breaker), or None. A dry run
         reads the journal only: it never asks the API server for the node count, never opens the
-        breaker, and is stopped only by a cooldown or a breaker already open."""
+        breaker, and is stopped only by a cooldown or a breaker already open. Its cooldown counts
+        the steps it described as if done, so it skips what live mode would skip; live mode never
+        counts them (journal.last_other_alert_at)."""
         is_open, _ = await asyncio.to_thread(self.journal.breaker_state)
         last = await asyncio.to_thread(self.journal.last_other_alert_at, action.node, action.fingerprint,
-                                       action.starts_at)
+                                       action.starts_at, self.config.dry_run)
         cooldown = cooldown_verdict(last, now, self.config.cooldown_seconds)
         if not cooldown.allowed:
             return cooldown.reason

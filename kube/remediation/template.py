@@ -18,7 +18,7 @@ FIELDS: dict[str, str] = {
     "node": "the Kubernetes node",
     "gpu_uuids": "list of the GPU UUIDs (the alert's uuid label)",
     "gpu_indices": "list of the GPU indices (the alert's gpu label)",
-    "fault": "the fault (the alert's alertname label)",
+    "fault": "the fault (the alert's fault label, else its alertname)",
     "fingerprint": "the alert's fingerprint",
     "starts_at": "when the alert started (RFC 3339)",
 }

@@ -157,7 +157,7 @@ async def test_xid_79_requests_one_spare_node_and_xid_13_nothing(cluster):
     assert key and body["node"] == NODE
     assert body["gpu_uuids"] == [uuid], body  # from the alert's `uuid` label
     assert body["gpu_indices"] == ["3"], body  # from the alert's `gpu` label
-    assert body["fault"] == "RuntimeKitGPURebootNode", body
+    assert body["fault"] == "gpu_lost", body  # the agent's fault, from the alert's `fault` label
     node = kube.nodes[NODE]
     assert node["spec"]["unschedulable"] is True
     assert any(t["key"] == "runtimekit.io/gpu-unhealthy" for t in node["spec"].get("taints", []))

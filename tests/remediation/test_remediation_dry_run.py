@@ -1,14 +1,21 @@
-"""Dry run describes every step of a ladder, the replacement call and its body included; a body
-template naming an unknown field stops the service at start."""
+"""Dry run describes every step of a ladder, the replacement call and its body included, and applies
+the cooldown as the live service would (counting the steps it described, in a dry run only); a
+body template naming an unknown field stops the service at start."""
 
 import asyncio
+import time
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import AUTH, alert_body, write_config
 
+from runtimekit.kube.remediation.actions import Steps, plan
 from runtimekit.kube.remediation.config import ConfigError, load
-from runtimekit.kube.remediation.server import JOURNAL, make_app
+from runtimekit.kube.remediation.journal import Journal
+from runtimekit.kube.remediation.nodes import KubernetesNodeApi
+from runtimekit.kube.remediation.payload import parse
+from runtimekit.kube.remediation.server import JOURNAL, Worker, make_app
 from runtimekit.kube.remediation.template import template_problem
 
 
@@ -56,3 +63,50 @@ def test_every_documented_field_and_literal_braces_are_accepted():
                 "text": "spare for {node} ({fault}) {{literal}}", "n": 3}
     assert template_problem(template) is None
     assert load(None, {"auth.token_file": "t", "replacement.body_template": template}).replacement.body_template
+
+
+def _receive(journal, config, fingerprint: str, node: str = "gpu-1") -> None:
+    alerts = parse(alert_body(fingerprint=fingerprint, node=node)).alerts
+    journal.receive(alerts, lambda alert: plan(config, alert), time.time())
+
+
+async def test_a_dry_run_applies_the_cooldown_to_what_it_would_have_done(fakes, tmp_path):
+    """Three alerts on one node (three GPUs, say): live, the second and third are left alone by
+    the cooldown, so the dry run must show them so, not three spare-node requests."""
+    kube, repl, url = fakes
+    config = load(write_config(tmp_path, url, dry_run=True))  # cooldown_seconds at its default, 3600
+    journal = Journal(config.db_path)
+    try:
+        for fingerprint in ("gpu0", "gpu1", "gpu2"):
+            _receive(journal, config, fingerprint)
+        async with aiohttp.ClientSession() as session:
+            await Worker(config, journal, Steps(config, object(), session)).run_once()
+        steps = {(a.fingerprint, a.kind): a.result for a in journal.actions()}
+        assert steps[("gpu0", "replace")]["would"].startswith("POST ")
+        for fingerprint in ("gpu1", "gpu2"):
+            assert steps[(fingerprint, "cordon")].get("reason", "").startswith("node in cooldown"), steps
+            assert "would" not in steps[(fingerprint, "replace")], steps
+        assert repl.calls == [] and kube.patches == []
+    finally:
+        journal.close()
+
+
+async def test_dry_run_steps_never_put_a_node_in_cooldown_for_live_steps(fakes, tmp_path):
+    """dry_run turned off: what the dry run only described was never done, so the live service
+    acts on the node at once."""
+    kube, repl, url = fakes
+    dry = load(write_config(tmp_path, url, dry_run=True))
+    journal = Journal(dry.db_path)
+    try:
+        _receive(journal, dry, "gpu0")
+        async with aiohttp.ClientSession() as session:
+            await Worker(dry, journal, Steps(dry, object(), session)).run_once()
+            live = load(write_config(tmp_path, url, dry_run=False))
+            _receive(journal, live, "gpu1")
+            api = KubernetesNodeApi(str(tmp_path / "kubeconfig"))
+            await Worker(live, journal, Steps(live, api, session)).run_once()
+        states = {(a.fingerprint, a.kind): a.state for a in journal.actions()}
+        assert [states[("gpu1", kind)] for kind in ("cordon", "taint", "replace")] == ["done"] * 3, states
+        assert len(repl.calls) == 1 and kube.nodes["gpu-1"]["spec"]["unschedulable"] is True
+    finally:
+        journal.close()
