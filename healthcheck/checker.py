@@ -60,7 +60,7 @@ from runtimekit.healthcheck.detectors import DURABLE, DetectorsFailed, readable_
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.recurrence import RECURRING, RecurrenceRule
-from runtimekit.healthcheck.resets import reset_evidence
+from runtimekit.healthcheck.resets import Counters, counters_of, reset_evidence, resets_since
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
 from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
 from runtimekit.healthcheck.thresholds import for_detector
@@ -119,6 +119,7 @@ class HealthChecker:
         self._machine = MachineState()
         self._slices: Mapping[str, SliceRecord] = {}  # the slice machine's records (healthcheck/slices.py)
         self._detector_states: Mapping[str, Any] = {}
+        self._saved_counters: Mapping[str, Counters] = {}  # loaded: for the first sample (resets.py)
         # Detectors whose state was read from disk and has not yet been used by a run of theirs: only
         # such a state is dropped when its detector raises on it (a raise on a state built in
         # memory is a bug: a failed probe, ``_saved_states_only``).
@@ -149,6 +150,7 @@ class HealthChecker:
             self._detector_states = dict(loaded.detectors)
             self._from_disk = {name for name, value in loaded.detectors.items() if value is not None}
             self._expected_seen = loaded.expected_gpus
+            self._saved_counters = loaded.counters
             self._boot_id_changed = loaded.boot_id_changed
             self._boot_id_checked_at = time.monotonic()
             remembered = [f"GPU {r.index} ({r.uuid}) {r.state}" for r in loaded.state.gpus.values() if r.state != "healthy"]
@@ -189,7 +191,11 @@ class HealthChecker:
         if sampled:
             await self._check_boot_id()
         previous = self._previous if sampled else snapshot
-        resets = reset_evidence(self._previous, snapshot) if sampled else {}
+        resets: dict[str, float] = {}
+        if sampled:  # the first sample after a start is compared with the counters saved before it
+            resets = resets_since(self._saved_counters, snapshot) if self._previous is None else reset_evidence(
+                self._previous, snapshot)
+            self._saved_counters = {}
         rebooted = frozenset(u for g in snapshot.gpus if is_available(u := g.uuid)) if self._boot_id_changed else frozenset()
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
@@ -336,7 +342,8 @@ class HealthChecker:
             return
         # save() handles OSError itself; anything else is a bug, logged by _in_io
         await self._in_io("writing the health state", "publishing anyway", logging.ERROR,
-                          self._store.save, self._machine, self._expected_seen, self._detector_states)
+                          self._store.save, self._machine, self._expected_seen, self._detector_states,
+                          counters_of(self._previous) if self._previous is not None else self._saved_counters)
 
     async def _in_io(self, what: str, then: str, late_level: int, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the store's I/O thread, waited for at most ``timeout``: its result, or

@@ -11,13 +11,19 @@ it holds what the GPU drew since, and ``energy / draw`` seconds before the sampl
 reset was (the draw of an idle GPU after a reset is steady). The estimate is kept between the two
 samples. Without a readable energy counter and draw (the ECC counters alone showed the reset),
 the time is unknown and taken as the sample's: every fault seen before it is cleared.
+
+A reset made while the agent was stopped (``nvidia-smi --gpu-reset`` refuses while the agent holds
+the GPU) shows the same way against the counters it saved with its state (``Counters``, in
+health.json): they only grow until a reset or a driver reload, so an older saved value serves as
+well as the last one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, is_available
+from runtimekit.gpu.types import NOT_SUPPORTED, GpuSnapshot, NodeSnapshot, Reading, is_available
 from runtimekit.healthcheck.types import CLEARS_ON_RESET, ActiveFault, Finding
 
 # A fault seen within this many seconds after the estimated reset is taken as seen before it: the
@@ -25,42 +31,65 @@ from runtimekit.healthcheck.types import CLEARS_ON_RESET, ActiveFault, Finding
 RESET_TIME_MARGIN_SECONDS = 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What a reset sets back, of one GPU at one sample: ``at`` (unix seconds), the energy counter
+    (J) and the volatile ECC counts; None where unreadable."""
+
+    at: float
+    energy_joules: float | None
+    corrected_volatile: float | None
+    uncorrected_volatile: float | None
+
+    @classmethod
+    def of(cls, gpu: GpuSnapshot) -> Counters:
+        power, ecc = gpu.power, gpu.ecc
+        return cls(gpu.sampled_at, _number(power.energy_joules) if power else None,
+                   _number(ecc.corrected_volatile) if ecc else None, _number(ecc.uncorrected_volatile) if ecc else None)
+
+
+def counters_of(snapshot: NodeSnapshot) -> dict[str, Counters]:
+    """Each GPU's counters in ``snapshot``, by UUID (lost GPUs and GPUs without a UUID left out)."""
+    return {uuid: Counters.of(gpu) for gpu in snapshot.gpus if is_available(uuid := gpu.uuid) and not gpu.lost}
+
+
 def reset_evidence(previous: NodeSnapshot | None, snapshot: NodeSnapshot) -> dict[str, float]:
     """UUID -> about when (unix seconds) each GPU reset between ``previous`` and ``snapshot`` was."""
-    if previous is None:
-        return {}
-    before = {uuid: gpu for gpu in previous.gpus if is_available(uuid := gpu.uuid)}
+    return {} if previous is None else resets_since(counters_of(previous), snapshot)
+
+
+def resets_since(before: Mapping[str, Counters], snapshot: NodeSnapshot) -> dict[str, float]:
+    """UUID -> about when each GPU was reset since its counters were ``before`` (those of an earlier
+    sample: the one before, or, after a restart, those the agent saved — a reset made while it was
+    stopped shows the same way)."""
     resets: dict[str, float] = {}
-    for gpu in snapshot.gpus:
-        uuid = gpu.uuid
-        if not is_available(uuid):
-            continue  # a GPU without a UUID cannot be matched with its previous sample
+    for uuid, now in counters_of(snapshot).items():
         old = before.get(uuid)
-        if old is None or gpu.lost or old.lost:
-            continue
-        energy: tuple[Reading[float], Reading[float]] | None = None
-        pairs: list[tuple[Reading[float], Reading[float]]] = []
-        if gpu.power is not None and old.power is not None:
-            energy = (old.power.energy_joules, gpu.power.energy_joules)
-            pairs.append(energy)
-        if gpu.ecc is not None and old.ecc is not None:
-            pairs.append((old.ecc.corrected_volatile, gpu.ecc.corrected_volatile))
-            pairs.append((old.ecc.uncorrected_volatile, gpu.ecc.uncorrected_volatile))
-        if any(is_available(a) and is_available(b) and b < a for a, b in pairs):
-            resets[uuid] = _reset_time(old, gpu)
+        if old is None:
+            continue  # a GPU not seen before cannot be compared
+        pairs = ((old.energy_joules, now.energy_joules), (old.corrected_volatile, now.corrected_volatile),
+                 (old.uncorrected_volatile, now.uncorrected_volatile))
+        if any(a is not None and b is not None and b < a for a, b in pairs):
+            resets[uuid] = _reset_time(old, now, _number(_draw(snapshot, uuid)))
     return resets
 
 
-def _reset_time(old: GpuSnapshot, gpu: GpuSnapshot) -> float:
-    """About when ``gpu`` was reset since ``old``: from its energy counter when it restarted, else
-    the sample's time (see the module docstring)."""
-    power, before = gpu.power, old.power
-    if power is None or before is None:
-        return gpu.sampled_at
-    now_j, then_j, watts = power.energy_joules, before.energy_joules, power.draw_watts
-    if not (is_available(now_j) and is_available(then_j) and is_available(watts)) or now_j >= then_j or watts <= 0:
-        return gpu.sampled_at
-    return min(gpu.sampled_at, max(old.sampled_at, gpu.sampled_at - now_j / watts))
+def _reset_time(old: Counters, now: Counters, watts: float | None) -> float:
+    """About when a GPU whose counters went from ``old`` to ``now`` was reset: from its energy
+    counter when it restarted (``watts``: its draw now), else the sample's time (module docstring)."""
+    joules, before = now.energy_joules, old.energy_joules
+    if joules is None or before is None or joules >= before or not watts or watts <= 0:
+        return now.at
+    return min(now.at, max(old.at, now.at - joules / watts))
+
+
+def _draw(snapshot: NodeSnapshot, uuid: str) -> Reading[float]:
+    gpu = next(g for g in snapshot.gpus if g.uuid == uuid)
+    return gpu.power.draw_watts if gpu.power is not None else NOT_SUPPORTED
+
+
+def _number(reading: Reading[float]) -> float | None:
+    return float(reading) if is_available(reading) else None
 
 
 def seen_after_reset(index: int, uuid: str, faults: Iterable[ActiveFault], reset_at: float) -> list[Finding]:

@@ -11,7 +11,10 @@ its active ``faults`` (``ActiveFault``'s fields, with ``first_seen`` and ``last_
 as none when absent, as files written before it have it); ``node``,
 the node-level ``state``, ``since`` and ``faults`` (it names no GPU); ``transitions_total`` and
 ``fault_events_total`` per GPU uuid, and the node's ``node_fault_events_total``; ``detectors``,
-each detector's JSON-friendly state by name.
+each detector's JSON-friendly state by name; ``reset_counters``, per GPU uuid [sample time, energy
+J, corrected and uncorrected volatile ECC] of the last sample (``healthcheck/resets.py``: how a
+reset made while the agent was stopped is seen; absent in older files, and an entry that cannot
+be read is left out — neither stops the file from being read).
 
 **Versions.** Version 2 gives the node its own shape; version 1 files (written before, with the
 node as a record at index -1 and uuid "", and its fault events under uuid "") are still read: the
@@ -35,6 +38,7 @@ not write once per sample.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict
 from types import MappingProxyType
@@ -42,6 +46,7 @@ from typing import Any
 
 from runtimekit.documents import DocumentError
 from runtimekit.healthcheck.machine import GpuRecord, MachineState, NodeRecord
+from runtimekit.healthcheck.resets import Counters
 from runtimekit.healthcheck.types import CARD, SCOPES, SEVERITIES, STATES, ActiveFault
 from runtimekit.state.health import plausible_time
 
@@ -57,9 +62,11 @@ class StoreFormatError(ValueError):
 
 
 def encode(state: MachineState, expected_gpus: int, boot_id: str, *, saved_at: float,
-           detectors: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           detectors: Mapping[str, Any] | None = None, counters: Mapping[str, Counters] | None = None) -> dict[str, Any]:
     """The document for ``state`` (version ``SCHEMA_VERSION``), written at ``saved_at`` (unix seconds)."""
     return {
+        "reset_counters": {uuid: [c.at, c.energy_joules, c.corrected_volatile, c.uncorrected_volatile]
+                           for uuid, c in sorted((counters or {}).items())},
         "version": SCHEMA_VERSION,
         "saved_at": saved_at,
         "boot_id": boot_id,
@@ -100,6 +107,22 @@ def essential(doc: dict[str, Any]) -> Any:
 
 
 BadGpu = tuple[int, str, str]  # (index, uuid, why) of a GPU entry that could not be read
+
+
+def decode_counters(doc: Mapping[str, Any]) -> dict[str, Counters]:
+    """The saved ``reset_counters`` by GPU UUID; an entry that is not [time, number or null × 3] is
+    left out (no reset is then seen for that GPU: its faults stay held, the safe side)."""
+    saved = doc.get("reset_counters")
+    out: dict[str, Counters] = {}
+    for uuid, entry in (saved.items() if isinstance(saved, dict) else ()):
+        if (isinstance(uuid, str) and isinstance(entry, list) and len(entry) == 4 and plausible_time(entry[0])
+                and all(v is None or (_real(v) and v >= 0) for v in entry[1:])):
+            out[uuid] = Counters(float(entry[0]), *(None if v is None else float(v) for v in entry[1:]))
+    return out
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def decode(doc: Any) -> tuple[MachineState, int, str, list[BadGpu]]:

@@ -55,12 +55,14 @@ from runtimekit.documents import load_json_file
 from runtimekit.fileio import remove_leftovers, write_atomically
 from runtimekit.healthcheck.detectors import DURABLE
 from runtimekit.healthcheck.machine import MachineInput, MachineState, step
+from runtimekit.healthcheck.resets import Counters
 from runtimekit.healthcheck.statefile import (
     DECODE_ERRORS,
     MAX_STATE_BYTES,
     MAX_STATE_DEPTH,
     StoreFormatError,
     decode,
+    decode_counters,
     encode,
     essential,
     reason,
@@ -90,6 +92,7 @@ class Loaded:
     boot_id: str  # the node's boot id now ("" when it cannot be read)
     boot_id_changed: bool  # the saved boot id differs from the current one: the node rebooted
     detectors: Mapping[str, Any] = field(default_factory=dict)  # each detector's saved state by name
+    counters: Mapping[str, Counters] = field(default_factory=dict)  # each GPU's at the last write (resets.py)
 
 
 def unknown_finding(gpu_index: int | None, uuid: str | None, evidence: str) -> Finding:
@@ -183,7 +186,7 @@ class HealthStore:
         if changed:
             log.info("boot id changed (%s → %s): the node rebooted; faults cleared by a reboot or a GPU reset "
                      "will clear", saved_boot_id, boot_id)
-        loaded = Loaded(state, expected, boot_id, changed, detectors)
+        loaded = Loaded(state, expected, boot_id, changed, detectors, decode_counters(doc))
         if bad_gpus:
             findings = tuple(unknown_finding(index, uuid, f"its saved health entry could not be read ({why})")
                              for index, uuid, why in bad_gpus)
@@ -235,8 +238,10 @@ class HealthStore:
         return (essential(doc), json.dumps(durable, sort_keys=True, default=list))
 
     # ---- writing -------------------------------------------------------------------------------
-    def save(self, state: MachineState, expected_gpus: int, detectors: Mapping[str, Any] | None = None) -> bool:
-        """Write the state (and the detectors' states) if something that matters changed, or the
+    def save(self, state: MachineState, expected_gpus: int, detectors: Mapping[str, Any] | None = None,
+             counters: Mapping[str, Counters] | None = None) -> bool:
+        """Write the state (and the detectors' states, and the GPUs' ``counters``, which ride along
+        with any write) if something that matters changed, or the
         detectors' states changed and the last write is ``detector_save_seconds`` old; True when
         the file was written. A failed write is logged (once, until a write succeeds again) and
         retried on the next call. Nothing is written over an unreadable file that could not be set
@@ -249,7 +254,7 @@ class HealthStore:
             self._boot_id = self.read_boot_id()
         now = self._clock()
         detectors = dict(detectors or {})
-        doc = encode(state, expected_gpus, self._boot_id, saved_at=now, detectors=detectors)
+        doc = encode(state, expected_gpus, self._boot_id, saved_at=now, detectors=detectors, counters=counters)
         essential = self._essential(doc, detectors)
         if essential == self._written and (
             now - self._written_at < self._detector_save_seconds or detectors == self._written_detectors

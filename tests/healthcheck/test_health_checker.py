@@ -19,6 +19,7 @@ from runtimekit.healthcheck.resets import reset_evidence
 from runtimekit.healthcheck.store import HealthStore
 from runtimekit.healthcheck.types import (
     CLEARS_ON_REBOOT,
+    CLEARS_ON_RESET,
     CLEARS_WHEN_CLEAN,
     CRITICAL,
     DRAIN_AND_RESET_GPU,
@@ -256,6 +257,26 @@ async def test_unhealthy_survives_a_restart_and_clears_after_a_reboot(tmp_path, 
     await running.stop()
 
 
+@pytest.mark.parametrize("joules,cleared", [(50.0, True), (2_000_000.0, False)], ids=["reset", "no reset"])
+async def test_a_reset_made_while_the_agent_was_stopped_is_seen_at_start(tmp_path, boot_id, joules, cleared):
+    """nvidia-smi --gpu-reset refuses while the agent holds the GPU, so resets by hand are made with
+    the agent stopped: its first sample is compared with the counters it saved (health.json)."""
+    state = NodeState()
+    running = await start(state, Dbe(), tmp_path, boot_id)
+    await publish(state, energy(1_000_000.0, time.time()))
+    await until(lambda: state.health is not None and gpu_state(state, 0) == UNHEALTHY)
+    await running.stop()
+    saved = json.loads((tmp_path / "state" / "health.json").read_text())["reset_counters"]
+    assert saved[uuid_for(0)][1:] == [1_000_000.0, 3, 0]  # energy J, corrected and uncorrected volatile ECC
+
+    state2 = NodeState()  # stopped, the GPU reset (its energy counter restarted) or not, started again
+    running = await start(state2, FakeDetectors(), tmp_path, boot_id)
+    await publish(state2, energy(joules, time.time()))
+    await until(lambda: state2.health is not None)
+    assert gpu_state(state2, 0) == (HEALTHY if cleared else UNHEALTHY)
+    await running.stop()
+
+
 async def test_expected_gpus_is_the_most_seen_remembered_or_configured(tmp_path, boot_id):
     state, detectors = NodeState(), FakeDetectors()
     running = await start(state, detectors, tmp_path, boot_id)
@@ -326,15 +347,22 @@ def test_reset_evidence_counters_going_backwards_and_when():
     assert reset_evidence(make_snapshot((gpu(1, energy=20_000.0),)), late) == {uuid_for(1): T0}
 
 
+class Dbe(FakeDetectors):
+    """Finds an uncorrectable ECC error on GPU 0 (clears on a GPU reset) at its first call only."""
+
+    def __call__(self, states, data):
+        self.calls.append(data)
+        return {}, [Finding(0, uuid_for(0), "ecc_uncorrectable", CRITICAL, DRAIN_AND_RESET_GPU, "DBE", CLEARS_ON_RESET)
+                    ] if len(self.calls) == 1 else []
+
+
+def energy(joules: float, at: float):
+    """GPUs 0 and 1 sampled at ``at`` (unix seconds), GPU 0's energy counter at ``joules``."""
+    gpu0 = make_gpu(0, sampled_at=at, power=Power(draw_watts=100.0, limit_watts=700.0, energy_joules=joules))
+    return make_snapshot((gpu0, make_gpu(1, sampled_at=at)), sampled_at=at)
+
+
 async def test_a_reset_observed_between_samples_clears_reset_sticky_faults(tmp_path, boot_id):
-    from runtimekit.healthcheck.types import CLEARS_ON_RESET
-
-    class Dbe(FakeDetectors):
-        def __call__(self, states, data):
-            self.calls.append(data)
-            return {}, [Finding(0, uuid_for(0), "ecc_uncorrectable", CRITICAL, DRAIN_AND_RESET_GPU, "DBE", CLEARS_ON_RESET)
-                        ] if len(self.calls) == 1 else []
-
     state, detectors = NodeState(), Dbe()
     running = await start(state, detectors, tmp_path, boot_id)
     await publish(state, snapshot(1.0))

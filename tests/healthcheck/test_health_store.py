@@ -249,3 +249,25 @@ def test_unwritable_directory_is_logged_once_and_not_fatal(tmp_path, boot_id, ca
         assert not store.save(unhealthy_state(), 8)
         assert not store.save(unhealthy_state(), 8)
     assert caplog.text.count("cannot write health state") == 1
+
+
+def test_reset_counters_are_saved_and_a_bad_entry_is_left_out(tmp_path):
+    """The counters ride along with a write; read back by GPU; an entry that is not [time, 3 numbers
+    or nulls] is left out (that GPU's reset is then not seen: its faults stay held), and the rest of
+    the file is read as usual."""
+    from runtimekit.healthcheck.resets import Counters
+    from runtimekit.healthcheck.statefile import decode_counters
+
+    store = HealthStore(tmp_path)
+    counters = {"GPU-a": Counters(1_700_000_000.0, 123.5, 3.0, None), "GPU-b": Counters(1_700_000_000.0, None, 0.0, 0.0)}
+    assert store.save(MachineState(), 2, counters=counters)
+    doc = json.loads((tmp_path / FILE_NAME).read_text())
+    assert decode_counters(doc) == counters
+    assert HealthStore(tmp_path).load().counters == counters
+    doc["reset_counters"].update({"GPU-c": [1e300, 1, 2, 3], "GPU-d": [1_700_000_000.0, "x", 2, 3],
+                                  "GPU-e": [1_700_000_000.0, 1, 2], "GPU-f": [1_700_000_000.0, -1, 2, 3]})
+    assert decode_counters(doc) == counters
+    assert decode_counters({}) == {} and decode_counters({"reset_counters": [1, 2]}) == {}
+    (tmp_path / FILE_NAME).write_text(json.dumps(doc))
+    loaded = HealthStore(tmp_path).load()
+    assert loaded.counters == counters and loaded.expected_gpus == 2
