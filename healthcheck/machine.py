@@ -31,9 +31,8 @@ Rules (gpu-faults.md §6, §7):
   any other) but sets neither the GPU's state nor its action: the slice made of that instance
   carries it (healthcheck/slices.py). Card-wide faults (the policy's default scope) hold the card
   even when the event named an instance.
-- Repairs that do not last escalate (``MachineInput.recurrence``, healthcheck/recurrence.py): a GPU
-  that begins needing a reset or reboot for the Nth time within a window also gets
-  ``gpu_fault_recurring`` (replace_node); the times are kept on its record (``interventions``).
+- Repairs that do not last escalate (``MachineInput.recurrence``, healthcheck/recurrence.py): a GPU's
+  Nth reset or reboot within a window raises ``gpu_fault_recurring``; times in ``interventions``.
 - Node-level findings (``Finding.node_level``: no GPU index, no UUID — NVML down, fewer GPUs than
   expected, the checker failing) go to the node's own record (``NodeRecord``, which has no GPU
   identity); they follow the same rules and make the node suspect or unhealthy by severity. Their
