@@ -3,11 +3,12 @@
 ``<plugin dir>/checkpoint.json``, written whole through ``runtimekit.fileio.write_atomically``
 (temporary file, fsync, rename, fsync of the folder; mode 0600) before a change is acknowledged::
 
-    {"version": 1,
+    {"version": 1, "id": "9c1e4b7a2d3f6e01",
      "claims": {"<claim uid>": {"namespace": "ns", "name": "c", "state": "started" | "completed",
                                 "devices": [{"request": "share", "pool": "node-a", "device": "gpu-0",
                                              "position": 0, "kind": "tdm", "share_id": "…",
-                                             "slice_id": "s-…", "cdi_ids": ["runtimekit.io/slice=s-…"]}]}}}
+                                             "slice_id": "s-…", "cdi_ids": ["runtimekit.io/slice=s-…"],
+                                             "admin_access": true}]}}}
 
 Two phases, as NVIDIA's driver keeps its claims (kubernetes-sigs/dra-driver-nvidia-gpu
 ``checkpoint.go``, ``PrepareStarted`` / ``PrepareCompleted``): "started" is written before any side
@@ -15,7 +16,13 @@ effect, "completed" with the devices' CDI ids once every one exists. A reader of
 refuses the file (``CheckpointError``) rather than guess; so does a reader of a file whose fields are
 not what this version writes, naming the field and the rule (``claims.<uid>.devices[0].position:
 must be an integer, got str '0'``). Optional fields (``share_id``,
-``slice_id``) are omitted when empty, so adding one never changes old entries.
+``slice_id``, ``admin_access``) are omitted when empty, so adding one never changes old entries.
+
+``id``: 16 random hex digits, made when the file is new (or was written before the key existed) and
+written with the first change, so before any slice exists. The driver stamps it on the owner of
+every slice it makes (``names.owner_id``): its sweep deletes only slices of its own checkpoint,
+never those of a driver with another plugin directory (or hostPath) on the same agent, nor those
+made under a checkpoint that was lost. Older readers of version 1 ignore the key.
 
 ``DirectoryLock`` holds ``<plugin dir>/driver.lock`` with flock(2) for the life of the process: a
 second driver on the same directory is refused at start (``DriverLocked``), and the lock dies with
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +54,12 @@ VERSION = 1
 #: what a node holds, while a file grown without bound is refused, not read into memory.
 MAX_CHECKPOINT_BYTES = 64 << 20
 STARTED, COMPLETED = "started", "completed"
+_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def new_id() -> str:
+    """A checkpoint's id: 16 random hex digits (64 bits: two checkpoints on one agent never share one)."""
+    return secrets.token_hex(8)
 
 
 class CheckpointError(Exception):
@@ -81,7 +96,8 @@ class DriverLocked(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DeviceEntry:
-    """One prepared (or being prepared) device of a claim. ``kind``: "tdm", "mig", "gpu" or "nic"."""
+    """One prepared (or being prepared) device of a claim. ``kind``: "tdm", "mig", "gpu" or "nic".
+    ``admin_access``: the result had adminAccess, so it holds the device for no one else."""
 
     request: str
     pool: str
@@ -91,6 +107,7 @@ class DeviceEntry:
     share_id: str = ""
     slice_id: str = ""
     cdi_ids: tuple[str, ...] = ()
+    admin_access: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"request": self.request, "pool": self.pool, "device": self.device,
@@ -99,6 +116,8 @@ class DeviceEntry:
             data["share_id"] = self.share_id
         if self.slice_id:
             data["slice_id"] = self.slice_id
+        if self.admin_access:
+            data["admin_access"] = True
         return data
 
     @classmethod
@@ -109,7 +128,8 @@ class DeviceEntry:
         texts = {name: _field(data, where, name, str) for name in ("request", "pool", "device", "kind")}
         return cls(**texts, position=_field(data, where, "position", int),
                    share_id=_field(data, where, "share_id", str, ""), slice_id=_field(data, where, "slice_id", str, ""),
-                   cdi_ids=tuple(_items(data, where, "cdi_ids", str)))
+                   cdi_ids=tuple(_items(data, where, "cdi_ids", str)),
+                   admin_access=_field(data, where, "admin_access", bool, False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +167,7 @@ class Checkpoint:
 
     path: Path
     claims: dict[str, ClaimEntry] = field(default_factory=dict)
+    id: str = field(default_factory=new_id)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     @classmethod
@@ -167,6 +188,7 @@ class Checkpoint:
             if data.get("version") != VERSION:
                 raise CheckpointError(f"{path}: version {data.get('version')!r}, this driver reads version {VERSION} only")
             claims = _claims(data.get("claims", {}))
+            checkpoint_id = _checkpoint_id(data)
         except CheckpointError:
             raise
         except _Malformed as error:
@@ -175,7 +197,7 @@ class Checkpoint:
             raise CheckpointError(f"{path}: not a DRA driver checkpoint: {error.rule}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CheckpointError(f"{path}: not a DRA driver checkpoint: {type(error).__name__}: {error}") from None
-        return cls(path, claims)
+        return cls(path, claims, checkpoint_id)
 
     def put(self, uid: str, entry: ClaimEntry) -> None:
         """Record ``entry`` for claim ``uid`` and write the file (OSError when it cannot be written:
@@ -221,8 +243,19 @@ class Checkpoint:
             self.claims[uid] = entry
 
     def _write(self) -> None:
-        document = {"version": VERSION, "claims": {uid: entry.to_json() for uid, entry in sorted(self.claims.items())}}
+        claims = {uid: entry.to_json() for uid, entry in sorted(self.claims.items())}
+        document = {"version": VERSION, "id": self.id, "claims": claims}
         write_atomically(self.path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(), mode=0o600)
+
+
+def _checkpoint_id(data: dict[str, Any]) -> str:
+    """The file's ``id``; a new one when the file has none (written before the key existed)."""
+    if "id" not in data:
+        return new_id()
+    check_type("id", data["id"], (str,), _Malformed)
+    if not _ID.fullmatch(data["id"]):
+        raise _Malformed(f"id: must be 16 lower-case hex digits, got {data['id']!r}")
+    return str(data["id"])
 
 
 def _claims(data: Any) -> dict[str, ClaimEntry]:

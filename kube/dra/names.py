@@ -13,8 +13,13 @@ Device names are DNS labels (at most 63 characters, lower case, ``[a-z0-9-]``), 
   ``nic-mlx5-0``).
 
 A slice the driver makes for a claim is owned, in the agent, by the free owner id
-``dra:<claim uid>:<n>``, ``n`` the position of the device among the claim's allocation results:
-the key that makes prepare idempotent across crashes (the driver finds what it made by owner).
+``dra:<claim uid>:<n>@<driver>:<checkpoint id>``, ``n`` the position of the device among the
+claim's allocation results: the key that makes prepare idempotent across crashes (the driver finds
+what it made by owner). The driver's name and its checkpoint's random id (``checkpoint.Checkpoint.id``)
+tell one driver's slices from another's on the same agent (another ``driver_name``, another plugin
+directory or hostPath), so a driver sweeps only its own. At most 125 characters (4 + 36 + 1 + 3 +
+1 + 63 + 1 + 16), within the agent's 128 (slicer/spec.py ``_OWNER_ID``). Slices made before the
+suffix existed are owned by ``dra:<claim uid>:<n>``: they are parsed, with no driver.
 """
 
 from __future__ import annotations
@@ -23,15 +28,16 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
-    "OWNER_PREFIX", "DeviceName", "compact_profile", "counter_set_name", "gpu_device_name", "mig_device_name", "nic_device_name",
-    "owner_id", "parse_device_name", "parse_owner_id",
+    "OWNER_PREFIX", "DeviceName", "DraOwner", "compact_profile", "counter_set_name", "gpu_device_name",
+    "mig_device_name", "nic_device_name", "owner_id", "parse_device_name", "parse_owner_id",
 ]
 
 OWNER_PREFIX = "dra:"
 _GPU = re.compile(r"gpu-(?P<index>0|[1-9][0-9]{0,3})")
 _MIG = re.compile(r"gpu-(?P<index>0|[1-9][0-9]{0,3})-mig-(?P<profile>[a-z0-9]+)-(?P<profile_id>0|[1-9][0-9]{0,3})-(?P<start>0|[1-9][0-9]?)")
 _NIC = re.compile(r"nic-(?P<name>[a-z0-9](?:[a-z0-9-]{0,58}[a-z0-9])?)")
-_OWNER = re.compile(r"dra:(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}):(?P<n>0|[1-9][0-9]{0,2})")
+_OWNER = re.compile(r"dra:(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}):(?P<n>0|[1-9][0-9]{0,2})"
+                    r"(?:@(?P<driver>[a-z0-9][a-z0-9.-]{0,62}):(?P<checkpoint>[0-9a-f]{16}))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +89,27 @@ def parse_device_name(name: str) -> DeviceName | None:
     return None
 
 
-def owner_id(claim_uid: str, position: int) -> str:
-    """The agent owner id of the slice made for the ``position``-th device of claim ``claim_uid``."""
-    return f"{OWNER_PREFIX}{claim_uid}:{position}"
+@dataclass(frozen=True, slots=True)
+class DraOwner:
+    """A parsed DRA owner id. ``driver`` and ``checkpoint`` are "" in the old form ``dra:<uid>:<n>``,
+    which does not say which driver made the slice."""
+
+    uid: str
+    position: int
+    driver: str = ""
+    checkpoint: str = ""
 
 
-def parse_owner_id(owner: str) -> tuple[str, int] | None:
-    """(claim uid, position) of a slice the driver made; None for any other owner."""
+def owner_id(claim_uid: str, position: int, driver: str, checkpoint: str) -> str:
+    """The agent owner id of the slice made for the ``position``-th device of claim ``claim_uid`` by
+    driver ``driver`` under the checkpoint whose id is ``checkpoint``."""
+    return f"{OWNER_PREFIX}{claim_uid}:{position}@{driver}:{checkpoint}"
+
+
+def parse_owner_id(owner: str) -> DraOwner | None:
+    """The claim, position and (new form only) driver and checkpoint of a slice a DRA driver made;
+    None for any other owner."""
     match = _OWNER.fullmatch(owner)
-    return (match["uid"], int(match["n"])) if match else None
+    if match is None:
+        return None
+    return DraOwner(match["uid"], int(match["n"]), match["driver"] or "", match["checkpoint"] or "")

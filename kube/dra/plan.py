@@ -7,12 +7,13 @@ For every allocation result of this driver (results of other drivers are skipped
   ``memory``; memory rounded down to the agent's 128 MiB granule); a SliceConfig asking more than
   consumedCapacity is an error; memory is required in the end, compute 0 means unlimited.
 - ``gpu-N`` without one: the whole GPU, no slice; its CDI id is ``<whole_gpu_cdi_kind>=<uuid>``.
-  Refused when the agent holds slices on it that this driver did not make (``names.parse_owner_id``)
-  or that other claims hold, and when consumedCapacity shows only a part of it (a part is a TDM
-  share: it needs a SliceConfig).
+  Refused when the agent holds slices on it that no DRA driver made (``names.parse_owner_id``)
+  or that other claims hold, when another prepared claim holds it whole, and when consumedCapacity
+  shows only a part of it (a part is a TDM share: it needs a SliceConfig).
 - ``gpu-N-mig-<profile>-<profile id>-<start>``: CreateSlice(mode "mig", device N, the profile's
   name as GetNode lists it, placement_start); SliceConfig compute / memory, if given, must fit it.
-- ``nic-<name>``: no slice; the driver's own per-claim CDI spec carries its device nodes.
+- ``nic-<name>``: no slice; the driver's own per-claim CDI spec carries its device nodes. Refused
+  while another prepared claim holds it: a NIC goes whole to one claim at a time.
 
 Every refusal is a ``ClaimError`` naming the claim, the request, the device, the field and the rule.
 Device names come from ``names`` (the publisher's names, parsed back).
@@ -123,7 +124,7 @@ def _whole(ref: ClaimRef, result: Result, device: node_pb2.Device, slices: Seque
     if foreign:
         raise ClaimError(f"{_where(ref, result)}: a whole GPU needs GPU {device.ref.index} free, but the agent "
                          f"holds slices on it that are not this driver's: {', '.join(foreign)}")
-    others = sorted({owner[0] for s in on_it if (owner := parse_owner_id(s.owner.owner_id)) and owner[0] != ref.uid})
+    others = sorted({owner.uid for s in on_it if (owner := parse_owner_id(s.owner.owner_id)) and owner.uid != ref.uid})
     if others and not result.admin_access:
         raise ClaimError(f"{_where(ref, result)}: a whole GPU needs GPU {device.ref.index} free, but claims "
                          f"{', '.join(others)} hold shares of it (allocated twice?)")
@@ -159,11 +160,12 @@ def _mig(ref: ClaimRef, result: Result, device: node_pb2.Device, profile: str, p
 
 def plan_claim(ref: ClaimRef, claim: AllocatedClaim, *, driver: str, pool: str, node: node_pb2.Node,
                topology: node_pb2.Topology | None, slices: Sequence[slice_pb2.Slice], whole_gpu_cdi_kind: str,
-               held_whole: Mapping[int, str] | None = None) -> list[Planned]:
+               held: Mapping[str, str] | None = None) -> list[Planned]:
     """Every device of ``driver`` in the claim, planned; ClaimError at the first that cannot be
     (nothing is made before the whole claim is planned). ``topology`` is needed only for NICs;
-    ``held_whole``: GPU index -> the other prepared claim that holds it whole (the driver is the last
-    line of defence against a device allocated twice: a result with adminAccess is let through)."""
+    ``held``: device name -> the other prepared claim that holds it alone, a whole GPU (``gpu-N``)
+    or a NIC (the driver is the last line of defence against a device allocated twice: a result with
+    adminAccess is let through)."""
     planned: list[Planned] = []
     for result in claim.results:
         if result.driver != driver:
@@ -179,7 +181,7 @@ def plan_claim(ref: ClaimRef, claim: AllocatedClaim, *, driver: str, pool: str, 
             # A whole GPU takes a card in tdm mode, or one with no mode at all when the agent's
             # slicer is off (the publisher then publishes every GPU whole); a share needs tdm.
             device = _device(ref, result, node, name.gpu_index, *(("tdm",) if config is not None else ("tdm", "")))
-            holder = (held_whole or {}).get(name.gpu_index)
+            holder = (held or {}).get(result.device)
             if holder is not None and not result.admin_access:
                 raise ClaimError(f"{_where(ref, result)}: GPU {name.gpu_index} is prepared whole for {holder} "
                                  "(allocated twice?)")
@@ -194,5 +196,8 @@ def plan_claim(ref: ClaimRef, claim: AllocatedClaim, *, driver: str, pool: str, 
             nic = next((n for n in nics if nic_device_name(n.name) == result.device), None)
             if nic is None:
                 raise ClaimError(f"{_where(ref, result)}: the node has no RDMA NIC of that name")
+            holder = (held or {}).get(result.device)
+            if holder is not None and not result.admin_access:
+                raise ClaimError(f"{_where(ref, result)}: NIC {nic.name} is prepared for {holder} (allocated twice?)")
             planned.append(Planned(result, "nic", nic=nic.name, device_nodes=tuple(nic.device_nodes)))
     return planned

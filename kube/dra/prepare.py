@@ -9,23 +9,31 @@ Prepare, per claim (kubelet dra/v1 semantics; NVIDIA's two phases, kubernetes-si
    planned against the agent's node (``plan.plan_claim``): a mistake fails the claim with nothing
    made;
 3. "started" is written, listing the devices, before any side effect (failpoint ``dra.prepare.started``);
-4. for each slice to make (TDM share, MIG slice) the agent's slice owned by ``dra:<uid>:<position>``
-   is adopted when it matches, else made (CreateSlice; ``slice_created``), and recorded
-   (``slice_recorded``); a slice of that owner that does not match (an earlier allocation of the
-   same claim) or a second one is deleted;
+4. for each slice to make (TDM share, MIG slice) the agent's slice of the claim's position is
+   adopted when it matches, else made (CreateSlice, owner ``names.owner_id``; ``slice_created``),
+   and recorded (``slice_recorded``); a slice of that position that does not match (an earlier
+   allocation of the same claim) or a second one is deleted;
 5. the claim's NIC CDI spec is written (``cdi_written``); 6. "completed" (``completed``).
 
 A failure in 4-5 rolls back what the claim holds (its slices, its spec, its entry); a rollback that
 cannot finish (the agent gone) leaves "started", which the next prepare adopts or the unprepare
 removes. So after a crash between any two steps a retry converges to one slice per device.
 
-Unprepare deletes every agent slice whose owner is the claim's (``names.parse_owner_id``; failpoint
-``dra.unprepare.slice_deleted``), the claim's CDI spec (``cdi_removed``), then its entry (``dropped``).
-A claim known nowhere is a success. When the agent cannot be reached and the checkpoint does not
-know the claim, that is a success too: ``sweep`` (at start, and with every cleanup round) deletes
-the slices of claims the checkpoint does not know. The agent's slices are read as GetNode, then
-ListSlices only when ``slicer_enabled``: with the slicer off there are none (ListSlices answers
-UNAVAILABLE then), so unprepare, rollback and sweep go on with an empty list.
+Unprepare deletes every agent slice of the claim (failpoint ``dra.unprepare.slice_deleted``), the
+claim's CDI spec (``cdi_removed``), then its entry (``dropped``). A claim known nowhere is a success.
+When the agent cannot be reached and the checkpoint does not know the claim, that is a success too:
+``sweep`` (at start, and with every cleanup round) deletes its own slices of claims the checkpoint
+does not know (a slice made under a lost checkpoint is then left to the operator). The agent's slices are read as GetNode, then ListSlices only when ``slicer_enabled``:
+with the slicer off there are none (ListSlices answers UNAVAILABLE then), so unprepare, rollback and
+sweep go on with an empty list.
+
+Whose slice is whose (owner ids: ``names``). A slice "of the claim" (``_owned``: adopted, deleted by
+unprepare) names the claim's uid and this driver's name under any checkpoint, or is of the old form
+without a driver: the kubelet names the claim, so a slice made before an upgrade, or under a lost
+checkpoint, is still adopted or deleted. The sweep acts on what the checkpoint does not know, so it
+takes only slices naming this driver and this checkpoint's id: another driver on the same agent
+(another driver name, plugin directory or hostPath) has another checkpoint, and a slice of the old
+form cannot say whose it is, so it may be a running pod's; both are left alone.
 
 One asyncio lock serialises every call (as the Go helper's ``Serialize`` does); the service holds
 the plugin directory's flock, so no second driver writes the same checkpoint (and the preparer,
@@ -82,11 +90,10 @@ def _matches(made: slice_pb2.Slice, planned: Planned) -> bool:
     return made.profile == planned.profile and (not placed or made.partition.placement_start == planned.placement_start)
 
 
-def _request(ref: ClaimRef, planned: Planned) -> service_pb2.CreateSliceRequest:
+def _request(planned: Planned, owner: str) -> service_pb2.CreateSliceRequest:
     request = service_pb2.CreateSliceRequest(
         mode=planned.kind, device=planned.gpu_uuid, compute=planned.compute,
-        memory=f"{planned.memory_mib}MiB" if planned.memory_mib else "",
-        owner_id=owner_id(ref.uid, planned.result.position), profile=planned.profile,
+        memory=f"{planned.memory_mib}MiB" if planned.memory_mib else "", owner_id=owner, profile=planned.profile,
     )
     if planned.placement_start is not None:
         request.placement_start = planned.placement_start
@@ -164,21 +171,23 @@ class ClaimPreparer:
         topology: node_pb2.Topology | None = await self.agent.get_topology() if needs_topology else None
         return plan_claim(ref, claim, driver=self.config.driver_name, pool=self.config.node_name, node=node,
                           topology=topology, slices=slices, whole_gpu_cdi_kind=self.config.whole_gpu_cdi_kind,
-                          held_whole=self._held_whole(ref.uid))
+                          held=self._held(ref.uid))
 
-    def _held_whole(self, uid: str) -> dict[int, str]:
-        held: dict[int, str] = {}
+    def _held(self, uid: str) -> dict[str, str]:
+        """Device name -> the other prepared claim that holds it alone: a whole GPU or a NIC (a
+        result with adminAccess holds nothing: it shares the device)."""
+        held: dict[str, str] = {}
         for other, entry in self.checkpoint.claims.items():
             for device in entry.devices:
-                name = parse_device_name(device.device)
-                if other != uid and device.kind == "gpu" and name is not None and name.gpu_index is not None:
-                    held[name.gpu_index] = f"claim {entry.namespace}/{entry.name} ({other})"
+                if other != uid and device.kind in ("gpu", "nic") and not device.admin_access:
+                    held[device.device] = f"claim {entry.namespace}/{entry.name} ({other})"
         return held
 
     async def _make(self, ref: ClaimRef, planned: list[Planned]) -> tuple[DeviceEntry, ...]:
         devices = [DeviceEntry(request=p.result.request, pool=p.result.pool, device=p.result.device,
                                position=p.result.position, kind=p.kind, share_id=p.result.share_id or "",
-                               cdi_ids=(device_id(ref.uid, p.result.device),) if p.kind == "nic" else p.cdi_ids)
+                               cdi_ids=(device_id(ref.uid, p.result.device),) if p.kind == "nic" else p.cdi_ids,
+                               admin_access=p.result.admin_access)
                    for p in planned]
         await _in_thread(self.checkpoint.put, ref.uid, ClaimEntry(ref.namespace, ref.name, STARTED, tuple(devices)))
         failpoint("dra.prepare.started")
@@ -208,15 +217,23 @@ class ClaimPreparer:
         node = await self.agent.get_node()
         return await self.agent.list_slices() if node.slicer_enabled else []
 
-    @staticmethod
-    def _owned(uid: str, slices: Sequence[slice_pb2.Slice]) -> dict[int, list[slice_pb2.Slice]]:
-        """The slices of claim ``uid`` by position."""
+    def _owned(self, uid: str, slices: Sequence[slice_pb2.Slice]) -> dict[int, list[slice_pb2.Slice]]:
+        """The slices of claim ``uid`` by position: made by this driver's name under any checkpoint,
+        or in the old owner form (see the module doc)."""
         owned: dict[int, list[slice_pb2.Slice]] = {}
         for made in slices:
             owner = parse_owner_id(made.owner.owner_id)
-            if owner is not None and owner[0] == uid:
-                owned.setdefault(owner[1], []).append(made)
+            if owner is not None and owner.uid == uid and owner.driver in ("", self.config.driver_name):
+                owned.setdefault(owner.position, []).append(made)
         return owned
+
+    def _swept(self, made: slice_pb2.Slice) -> str | None:
+        """The claim uid of ``made`` when the sweep may delete it: its owner names this driver and
+        this checkpoint, and the checkpoint does not know the claim; None otherwise."""
+        owner = parse_owner_id(made.owner.owner_id)
+        if owner is None or (owner.driver, owner.checkpoint) != (self.config.driver_name, self.checkpoint.id):
+            return None
+        return owner.uid if owner.uid not in self.checkpoint.claims else None
 
     async def _ensure_slice(self, ref: ClaimRef, planned: Planned, existing: list[slice_pb2.Slice]) -> slice_pb2.Slice:
         """The slice for ``planned``: one of ``existing`` that matches (the others deleted), else a new one."""
@@ -232,7 +249,8 @@ class ClaimPreparer:
                 return chosen
             raise ClaimError(f"slice {chosen.id} for {planned.result.device} is {slice_pb2.SliceState.Name(chosen.state)} "
                              "in the agent (it was being made or removed when the driver stopped); try again")
-        made = await self.agent.create_slice(_request(ref, planned))
+        owner = owner_id(ref.uid, planned.result.position, self.config.driver_name, self.checkpoint.id)
+        made = await self.agent.create_slice(_request(planned, owner))
         failpoint("dra.prepare.slice_created")
         if not made.cdi_device:
             raise ClaimError(f"the agent made slice {made.id} for {planned.result.device} without a CDI device")
@@ -302,15 +320,16 @@ class ClaimPreparer:
 
     # -- the driver's own garbage ------------------------------------------------------------------
     async def sweep(self) -> int:
-        """Delete agent slices owned by claims the checkpoint does not know (a lost checkpoint, an
-        unprepare done while the agent was away); the number deleted. UnixRpcError when the agent
-        cannot be asked."""
+        """Delete this driver's agent slices (its name and its checkpoint's id in the owner) of
+        claims the checkpoint does not know (one the agent made after the driver gave up on the call
+        and rolled the claim back); the number deleted. Another driver's slices, and those of the
+        old owner form, are never swept. UnixRpcError when the agent cannot be asked."""
         async with self.lock:
             deleted = 0
             for made in await self._agent_slices():
-                owner = parse_owner_id(made.owner.owner_id)
-                if owner is not None and owner[0] not in self.checkpoint.claims:
-                    log.info("deleting slice %s of claim %s: no prepared claim holds it", made.id, owner[0])
+                uid = self._swept(made)
+                if uid is not None:
+                    log.info("deleting slice %s of claim %s: no prepared claim holds it", made.id, uid)
                     await self._delete_slice(made.id)
                     deleted += 1
             return deleted

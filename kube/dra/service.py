@@ -7,8 +7,9 @@ Neither the agent nor the API server is needed to start: each part that needs th
 own, with backoff (``retry_delay``: the publish interval doubled per failure in a row, at most
 ``BACKOFF_MAX_SECONDS``), logging the first failure and the recovery:
 
-- ``clean``: every ``cleanup_interval_seconds`` a ``sweep`` (agent slices of claims the checkpoint
-  does not know; none when the agent's slicer is off), then the claims whose ResourceClaim is gone
+- ``clean``: every ``cleanup_interval_seconds`` a ``sweep`` (this driver's agent slices, its
+  checkpoint's id in their owner, of claims the checkpoint does not know; none when the agent's
+  slicer is off), then the claims whose ResourceClaim is gone
   are unprepared. A sweep that fails (the agent away) does not hold up the unprepare; it is tried
   again after ``retry_delay`` until it works;
 - the publisher (``publisher.Publisher``: ResourceSlices from the agent's node), only with an API

@@ -129,8 +129,8 @@ async def agent_slices(socket: str) -> list[slice_pb2.Slice]:
 
 
 def claim_slices(slices: list[slice_pb2.Slice], uid: str) -> list[slice_pb2.Slice]:
-    """The slices the driver made for claim ``uid`` (owner ``dra:<uid>:<n>``), by position."""
-    owned = [(owner[1], s) for s in slices if (owner := parse_owner_id(s.owner.owner_id)) and owner[0] == uid]
+    """The slices a DRA driver made for claim ``uid`` (owner ``dra:<uid>:<n>…``), by position."""
+    owned = [(owner.position, s) for s in slices if (owner := parse_owner_id(s.owner.owner_id)) and owner.uid == uid]
     return [s for _, s in sorted(owned, key=lambda pair: pair[0])]
 
 

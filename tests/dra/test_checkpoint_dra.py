@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -50,7 +51,7 @@ def test_what_is_put_is_read_back_by_a_new_process(tmp_path: Path) -> None:
     assert Checkpoint.load(path).claims == written.claims
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     document = json.loads(path.read_text())
-    assert document["version"] == 1
+    assert document["version"] == 1 and document["id"] == written.id == Checkpoint.load(path).id
     assert document["claims"][UID_B]["devices"] == [
         {"request": "share", "pool": "node-a", "device": "gpu-2", "position": 0, "kind": "tdm", "cdi_ids": []}]  # empty ones omitted
 
@@ -77,6 +78,8 @@ def test_a_device_is_updated_and_a_claim_dropped(tmp_path: Path) -> None:
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "halfway"}}}),
      "state must be started or completed, got 'halfway'"),
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "state": "started"}}}), f"claims.{UID_A}.name: required key is missing"),
+    (json.dumps({"version": 1, "id": 7, "claims": {}}), "not a DRA driver checkpoint: id: must be a string, got int 7"),
+    (json.dumps({"version": 1, "id": "ABC", "claims": {}}), "id: must be 16 lower-case hex digits, got 'ABC'"),
     (json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "started",
                                                   "devices": [{"request": "r"}]}}}), f"claims.{UID_A}.devices[0].pool: required key is missing"),
 ])
@@ -86,6 +89,16 @@ def test_a_file_this_version_cannot_read_is_refused_not_guessed(tmp_path: Path, 
     with pytest.raises(CheckpointError) as caught:
         Checkpoint.load(path)
     assert str(caught.value).startswith(f"{path}: ") and words in str(caught.value), caught.value
+
+
+def test_a_file_without_an_id_gets_one_written_with_the_next_change(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"  # written before the key existed
+    path.write_text(json.dumps({"version": 1, "claims": {UID_A: {"namespace": "n", "name": "a", "state": "completed"}}}))
+    checkpoint = Checkpoint.load(path)
+    assert re.fullmatch("[0-9a-f]{16}", checkpoint.id) and list(checkpoint.claims) == [UID_A]
+    checkpoint.put(UID_B, ClaimEntry("n", "b", STARTED))
+    assert Checkpoint.load(path).id == checkpoint.id
+    assert Checkpoint.load(tmp_path / "other.json").id != checkpoint.id  # each new checkpoint its own
 
 
 def test_an_unreadable_checkpoint_is_refused(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ def device(**fields: object) -> dict[str, object]:
      f"claims.{UID}.devices[0].cdi_ids: must be a list, got str 'runtimekit.io/slice=s-1'"),
     ({UID: device(cdi_ids=[1])}, f"claims.{UID}.devices[0].cdi_ids[0]: must be a string, got int 1"),
     ({UID: device(share_id=None)}, f"claims.{UID}.devices[0].share_id: must be a string, got null"),
+    ({UID: device(admin_access="yes")}, f"claims.{UID}.devices[0].admin_access: must be true or false, got str 'yes'"),
     ({UID: claim(devices=[{"request": "r"}])}, f"claims.{UID}.devices[0].pool: required key is missing"),
 ])
 def test_a_field_of_another_type_is_named_with_its_rule(tmp_path: Path, claims: object, rule: str) -> None:
@@ -48,8 +49,9 @@ def test_a_field_of_another_type_is_named_with_its_rule(tmp_path: Path, claims: 
 
 def test_what_this_version_writes_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
-    full = {**DEVICE, "share_id": "5e5e", "slice_id": "s-1", "cdi_ids": ["runtimekit.io/slice=s-1"]}
+    full = {**DEVICE, "share_id": "5e5e", "slice_id": "s-1", "cdi_ids": ["runtimekit.io/slice=s-1"], "admin_access": True}
     path.write_text(json.dumps({"version": 1, "claims": {UID: claim(devices=[full]), "b": claim(state="started", devices=[])}}))
     claims = Checkpoint.load(path).claims
     assert claims[UID].devices[0].cdi_ids == ("runtimekit.io/slice=s-1",) and claims[UID].devices[0].share_id == "5e5e"
+    assert claims[UID].devices[0].admin_access and not claims["b"].devices
     assert claims["b"].state == "started" and claims["b"].devices == ()

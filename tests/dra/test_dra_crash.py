@@ -92,7 +92,7 @@ async def assert_prepared(driver: DriverProcess, kubelet: FakeDraKubelet, ref: C
     assert answer.error == "", f"{answer.error}\n{driver.log()}"
     slices = await agent_slices(driver.agent.socket)
     made = claim_slices(slices, ref.uid)
-    assert sorted(parse_owner_id(s.owner.owner_id)[1] for s in made) == list(SLICED), made  # type: ignore[index]
+    assert sorted(o.position for s in made if (o := parse_owner_id(s.owner.owner_id))) == list(SLICED), made
     assert all(s.state == slice_pb2.SLICE_STATE_READY for s in made)
     assert [s for s in slices if parse_owner_id(s.owner.owner_id) and s not in made] == []  # no stray slice
     assert [d.cdi_ids for d in answer.devices] == [(made[0].cdi_device,), (made[1].cdi_device,),
@@ -157,7 +157,7 @@ async def test_the_agent_killed_between_the_drivers_steps_keeps_the_slice_the_re
         await kubelet.prepare([ref])
     await process.wait_killed()
     [share] = claim_slices(await agent_slices(process.agent.socket), ref.uid)
-    assert share.owner.owner_id == owner_id(ref.uid, 0)
+    assert share.owner.owner_id == owner_id(ref.uid, 0, DRIVER, process.checkpoint().id)
     assert process.checkpoint().claims[ref.uid].devices[0].slice_id == share.id
 
     process.agent.kill()  # the agent dies too; its journal keeps the share

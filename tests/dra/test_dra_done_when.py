@@ -106,7 +106,7 @@ async def test_a_claimed_tdm_share_is_the_agents_slice_with_its_limits_until_unp
             [device] = answer.devices
             [cdi_id] = device.cdi_ids
 
-            [made] = [s for s in slice_list(node) if s["owner"]["owner_id"] == owner_id(ref.uid, 0)]
+            [made] = [s for s in slice_list(node) if s["owner"]["owner_id"] == owner_id(ref.uid, 0, DRIVER, driver.checkpoint().id)]
             assert (made["mode"], made["device"]["index"], made["compute_percent"], int(made["memory_bytes"]),
                     made["state"], made["cdi_device"]) == ("tdm", GPU, 50, 2 << 30, "SLICE_STATE_READY", cdi_id)
             assert len(slice_list(node)) == 1  # the killed driver's slice was adopted, not made twice

@@ -50,11 +50,11 @@ def agent_slice(slice_id: str, index: int, owner: str) -> slice_pb2.Slice:
                            owner=slice_pb2.Owner(owner_id=owner))
 
 
-def plan(obj: dict[str, Any], slices: Sequence[slice_pb2.Slice] = (), held_whole: dict[int, str] | None = None,
+def plan(obj: dict[str, Any], slices: Sequence[slice_pb2.Slice] = (), held: dict[str, str] | None = None,
          topology: node_pb2.Topology | None = TOPOLOGY) -> list[Planned]:
     ref = ref_of(obj)
     return plan_claim(ref, parse_claim(ref, obj), driver=DRIVER, pool=NODE, node=NODE_PB, topology=topology,
-                      slices=slices, whole_gpu_cdi_kind=KIND, held_whole=held_whole)
+                      slices=slices, whole_gpu_cdi_kind=KIND, held=held)
 
 
 def refusal(obj: dict[str, Any], **kwargs: Any) -> str:
@@ -146,17 +146,20 @@ def test_a_whole_gpu_is_refused_while_slices_that_are_not_the_drivers_are_on_it(
 
 
 def test_a_whole_gpu_is_refused_while_another_claim_holds_a_share_unless_admin_access() -> None:
-    slices = [agent_slice("s-0000000000cc", 2, owner_id(OTHER_UID, 0))]
+    slices = [agent_slice("s-0000000000cc", 2, owner_id(OTHER_UID, 0, DRIVER, "0123456789abcdef"))]
     assert f"claims {OTHER_UID} hold shares of it (allocated twice?)" in refusal(whole(), slices=slices)
+    old_form = [agent_slice("s-0000000000dd", 2, f"dra:{OTHER_UID}:0")]  # made before owners named the driver
+    assert f"claims {OTHER_UID} hold shares of it (allocated twice?)" in refusal(whole(), slices=old_form)
     [planned] = plan(whole(admin_access=True), slices=slices)  # monitoring: adminAccess shares the device
     assert planned.kind == "gpu"
 
 
 def test_a_whole_gpu_already_held_whole_by_another_claim_is_refused_unless_admin_access() -> None:
-    held = {2: f"claim default/other ({OTHER_UID})"}
-    assert f"GPU 2 is prepared whole for claim default/other ({OTHER_UID}) (allocated twice?)" in refusal(whole(), held_whole=held)
-    assert plan(whole(admin_access=True), held_whole=held)[0].kind == "gpu"
-    assert "prepared whole" in refusal(share("gpu-2", memory="1GiB"), held_whole=held)  # nor a share of it
+    held = {"gpu-2": f"claim default/other ({OTHER_UID})"}
+    assert f"GPU 2 is prepared whole for claim default/other ({OTHER_UID}) (allocated twice?)" in refusal(whole(), held=held)
+    assert plan(whole(admin_access=True), held=held)[0].kind == "gpu"
+    assert "prepared whole" in refusal(share("gpu-2", memory="1GiB"), held=held)  # nor a share of it
+    assert plan(whole("gpu-1"), held=held)[0].kind == "gpu"  # another GPU
 
 
 def test_a_part_of_a_gpu_without_a_slice_config_is_refused() -> None:
@@ -201,6 +204,15 @@ def test_a_nic_gets_its_device_nodes_and_takes_no_slice_config() -> None:
     assert (planned.kind, planned.nic, planned.device_nodes, planned.makes_slice) == (
         "nic", "mlx5_1", ("/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"), False)
     assert "the node has no RDMA NIC of that name" in refusal(resource_claim("nics", [Alloc("nic", "nic-mlx5-7", "nic")]))
+
+
+def test_a_nic_another_claim_holds_is_refused_unless_admin_access() -> None:
+    held = {"nic-mlx5-0": f"claim default/c6 ({OTHER_UID})"}
+    message = refusal(resource_claim("c9", [Alloc("nic", "nic-mlx5-0", "nic")]), held=held)
+    assert message.endswith(f"request nic, device nic-mlx5-0: NIC mlx5_0 is prepared for claim default/c6 ({OTHER_UID}) "
+                            "(allocated twice?)"), message
+    assert plan(resource_claim("watch", [Alloc("nic", "nic-mlx5-0", "nic", admin_access=True)]), held=held)[0].kind == "nic"
+    assert plan(resource_claim("c9", [Alloc("nic", "nic-mlx5-1", "nic")]), held=held)[0].nic == "mlx5_1"
 
 
 def test_only_this_drivers_results_are_planned_in_order_with_their_positions() -> None:

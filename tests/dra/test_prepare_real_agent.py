@@ -98,7 +98,8 @@ async def test_a_tdm_share_is_made_once_and_the_kubelets_retry_gets_the_same_ans
         assert first.error == ""
         [made] = claim_slices(await agent_slices(agent.socket), ref.uid)
         assert (made.mode, made.device.index, made.requested_compute_percent, made.requested_memory_bytes, made.owner.owner_id,
-                made.state) == ("tdm", 2, 50, 2 * GIB, owner_id(ref.uid, 0), slice_pb2.SLICE_STATE_READY)
+                made.state) == ("tdm", 2, 50, 2 * GIB, owner_id(ref.uid, 0, DRIVER, driver.checkpoint().id),
+                                slice_pb2.SLICE_STATE_READY)  # the owner names the driver and its checkpoint
         [device] = first.devices
         assert (device.request_names, device.pool, device.device, device.cdi_ids, device.share_id) == (
             ("share",), NODE, "gpu-2", (made.cdi_device,), share_id)
@@ -219,24 +220,27 @@ async def test_with_the_api_server_down_prepare_fails_clearly_then_recovers(agen
         assert len(claim_slices(await agent_slices(agent.socket), ref.uid)) == 1
 
 
-async def test_the_start_sweeps_slices_of_claims_the_checkpoint_does_not_know(agent: NodeAgent, driver_dir: Path,
-                                                                              store: ClaimStore) -> None:
+async def test_the_start_sweeps_its_own_slices_of_claims_the_checkpoint_does_not_know(agent: NodeAgent, driver_dir: Path,
+                                                                                      store: ClaimStore) -> None:
     config = driver_config(driver_dir, agent)
     known, lost = "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002"
     checkpoint = Checkpoint.load(config.checkpoint_path)
     checkpoint.put(known, ClaimEntry("default", "known", COMPLETED))
+    mine, lost_one = owner_id(known, 0, DRIVER, checkpoint.id), owner_id(lost, 0, DRIVER, checkpoint.id)
+    kept = (mine, "notebook", f"dra:{lost}:1",  # the old form: it cannot say which driver made it
+            owner_id(lost, 2, DRIVER, "0123456789abcdef"), owner_id(lost, 3, "gpu2.runtimekit.io", checkpoint.id))
     async with AgentClient(agent.socket, 10.0) as client:
         made = {}
-        for owner, device in ((owner_id(known, 0), "2"), (owner_id(lost, 0), "3"), ("notebook", "4")):
+        for owner, device in zip((lost_one, *kept), "234567", strict=True):
             request = service_pb2.CreateSliceRequest(mode="tdm", device=device, memory="1GiB", owner_id=owner)
             made[owner] = (await client.create_slice(request)).id
     store.add(resource_claim("known", [Alloc("gpu", "gpu-2")], uid=known))  # still there: not unprepared as gone
     async with running_driver(config, store):
         for _ in range(100):
-            if made[owner_id(lost, 0)] not in {s.id for s in await agent_slices(agent.socket)}:
+            if made[lost_one] not in {s.id for s in await agent_slices(agent.socket)}:
                 break
             await asyncio.sleep(0.05)
-        assert {s.id for s in await agent_slices(agent.socket)} == {made[owner_id(known, 0)], made["notebook"]}
+        assert {s.id for s in await agent_slices(agent.socket)} == {made[owner] for owner in kept}
 
 
 async def test_removed_sockets_are_served_again_and_the_driver_registers_again(agent: NodeAgent, driver_dir: Path,
@@ -250,3 +254,40 @@ async def test_removed_sockets_are_served_again_and_the_driver_registers_again(a
         assert os.path.exists(config.dra_socket)
         assert (await driver.kubelet.prepare([ref]))[ref.uid].error == ""
         assert driver.service.registration.notifications == 2
+
+
+@pytest.mark.parametrize("other_driver", [DRIVER, "gpu2.runtimekit.io"])
+async def test_a_second_driver_on_the_same_agent_never_sweeps_the_first_drivers_slices(
+        agent: NodeAgent, driver_dir: Path, store: ClaimStore, other_driver: str) -> None:
+    share = store.add(tdm_share())
+    mig = store.add(resource_claim("mig", [Alloc("mig", "gpu-0-mig-1g10gb-19-2", "mig")]))
+    async with running_driver(driver_config(driver_dir, agent), store) as first:
+        answers = await first.kubelet.prepare([share, mig])
+        assert [answers[ref.uid].error for ref in (share, mig)] == ["", ""]
+        made = {s.id for ref in (share, mig) for s in claim_slices(await agent_slices(agent.socket), ref.uid)}
+        assert len(made) == 2
+        with short_directory("rk-drv2-") as other_dir:  # another plugin directory: an empty checkpoint
+            second = driver_config(other_dir, agent, driver_name=other_driver, node_name="node-b")
+            async with running_driver(second, ClaimStore()) as late:
+                assert late.service.preparer is not None
+                assert await late.service.preparer.sweep() == 0  # as at its start, and in every cleanup round
+        assert made <= {s.id for s in await agent_slices(agent.socket)}
+        assert await first.kubelet.unprepare([share, mig]) == {share.uid: "", mig.uid: ""}
+        assert claim_slices(await agent_slices(agent.socket), share.uid) == []
+
+
+async def test_a_nic_prepared_for_one_claim_is_refused_to_another(agent: NodeAgent, driver_dir: Path,
+                                                                  store: ClaimStore) -> None:
+    first = store.add(resource_claim("c6", [Alloc("nic", "nic-mlx5-0", "nic")]))
+    second = store.add(resource_claim("c9", [Alloc("nic", "nic-mlx5-0", "nic")]))
+    watcher = store.add(resource_claim("watch", [Alloc("nic", "nic-mlx5-0", "nic", admin_access=True)]))
+    async with running_driver(driver_config(driver_dir, agent), store) as driver:
+        assert (await driver.kubelet.prepare([first]))[first.uid].error == ""
+        refused = (await driver.kubelet.prepare([second]))[second.uid].error
+        assert refused == (f"{second}: request nic, device nic-mlx5-0: NIC mlx5_0 is prepared for claim default/c6 "
+                           f"({first.uid}) (allocated twice?)"), refused
+        assert not (agent.cdi_dir / f"runtimekit.io-claim_{second.uid}.json").exists()
+        assert second.uid not in driver.checkpoint().claims
+        assert (await driver.kubelet.prepare([watcher]))[watcher.uid].error == ""  # adminAccess shares the device
+        assert await driver.kubelet.unprepare([first]) == {first.uid: ""}
+        assert (await driver.kubelet.prepare([second]))[second.uid].error == ""  # free again
