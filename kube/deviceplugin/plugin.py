@@ -6,12 +6,21 @@ has been read once (never an empty list for want of that reading), then the whol
 after every change of an ID or a health (and nothing when a change elsewhere left this resource
 as it was). Allocate refuses an ID this plugin does not advertise (INVALID_ARGUMENT,
 naming the field), as the kubelet only hands out advertised IDs.
+
+Stopping a plugin server (``PluginServer.stop``: SIGTERM, or its socket served again) ends every
+ListAndWatch stream from this side, its status OK, lets the calls in flight finish for
+``STOP_GRACE_SECONDS`` (then gRPC cancels them) and waits until the tasks that served them are
+done. A server stopped with its calls cancelled at once could return while grpc.aio still had a
+call's task pending; the process then left ``asyncio.run``, which cancels it, and gRPC logged
+"Exception not handled by _handle_exceptions" at ERROR with a traceback on an ordinary SIGTERM.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -25,6 +34,12 @@ from .watch import DeviceWatch
 
 log = logging.getLogger(__name__)
 
+#: How long a stopping plugin server lets its calls in flight finish (an Allocate waiting on the
+#: agent) before gRPC cancels them, in seconds; then as long again, at most, for the tasks that
+#: served them to end. Every plugin server stops at once, well within the DaemonSet's
+#: terminationGracePeriodSeconds (10 s).
+STOP_GRACE_SECONDS = 1.0
+
 
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     """``v1beta1.DevicePlugin`` for ``resource``."""
@@ -33,6 +48,35 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self.resource = resource
         self.watch = watch
         self.allocator = allocator
+        self._ending = asyncio.Event()  # set while the server stops: every ListAndWatch stream returns
+        self._calls: set[asyncio.Task[Any]] = set()  # the tasks serving a call now (gRPC's, one per call)
+
+    def open_streams(self) -> None:
+        """Serve ListAndWatch streams again (after ``end_streams``): called as the server starts."""
+        self._ending = asyncio.Event()
+
+    def end_streams(self) -> None:
+        """End every ListAndWatch stream, its status OK (the kubelet sees the plugin go, as when
+        its socket goes), and each one opened from now on as soon as it opens."""
+        self._ending.set()
+
+    async def calls_done(self, timeout: float) -> None:
+        """Wait until every task that served a call is done: at most ``timeout`` seconds, then
+        those left are cancelled (gRPC ends a cancelled call's task quietly) and waited for as long."""
+        if not self._calls:
+            return
+        _, left = await asyncio.wait(set(self._calls), timeout=timeout)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=timeout)
+
+    def _track(self) -> None:
+        """Count the task serving this call (until it has sent the call's status) for ``calls_done``."""
+        task = asyncio.current_task()
+        if task is not None and task not in self._calls:
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
 
     def devices(self) -> list[api_pb2.Device]:
         """The resource's devices as ListAndWatch sends them: ID, health and, when its card's NUMA
@@ -42,24 +86,44 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                                      ) -> api_pb2.DevicePluginOptions:
+        self._track()
         return plugin_options()
 
     async def ListAndWatch(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                            ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        self._track()
+        ending = self._ending
         sent: list[api_pb2.Device] | None = None
         # Nothing is sent before the agent's node has been read once: an empty first list would
         # tell the kubelet the node has none of this resource (allocatable 0) until the next one.
-        version = self.watch.version if self.watch.node_known else await self.watch.wait_newer(self.watch.version)
-        while True:
+        version: int | None = self.watch.version
+        if not self.watch.node_known:
+            version = await self._newer(self.watch.version, ending)
+        while version is not None:
             devices = self.devices()
             if devices != sent:
                 log.debug("ListAndWatch %s: %s", self.resource, ", ".join(f"{d.ID} {d.health}" for d in devices))
                 yield api_pb2.ListAndWatchResponse(devices=devices)
                 sent = devices
-            version = await self.watch.wait_newer(version)
+            version = await self._newer(version, ending)
+        log.debug("ListAndWatch %s: the server stops; the stream ends", self.resource)
+
+    async def _newer(self, version: int, ending: asyncio.Event) -> int | None:
+        """The watch's version once it differs from ``version``; None as soon as ``ending`` is set."""
+        if ending.is_set():
+            return None
+        newer = asyncio.create_task(self.watch.wait_newer(version))
+        ended = asyncio.create_task(ending.wait())
+        try:
+            await asyncio.wait((newer, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            newer.cancel()
+            ended.cancel()
+        return None if ending.is_set() else newer.result()
 
     async def GetPreferredAllocation(self, request: api_pb2.PreferredAllocationRequest,
                                      context: grpc.aio.ServicerContext) -> api_pb2.PreferredAllocationResponse:
+        self._track()
         response = api_pb2.PreferredAllocationResponse()
         for container in request.container_requests:
             chosen = await self.allocator.preferred(self.resource, list(container.available_deviceIDs),
@@ -69,6 +133,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
                        ) -> api_pb2.AllocateResponse:
+        self._track()
         known = {device.ID for device in self.devices()}
         response = api_pb2.AllocateResponse()
         for number, container in enumerate(request.container_requests):
@@ -83,6 +148,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def PreStartContainer(self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext
                                 ) -> api_pb2.PreStartContainerResponse:
+        self._track()
         return api_pb2.PreStartContainerResponse()  # not asked for (pre_start_required is false)
 
 
@@ -104,8 +170,17 @@ class PluginServer(UnixGrpcServer):
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
 
     async def start(self) -> None:
+        self.servicer.open_streams()
         await super().start()
         self._made = file_identity(self.socket_path)
+
+    async def stop(self, grace: float | None = STOP_GRACE_SECONDS) -> None:
+        """Stop serving and remove the socket (idempotent): the ListAndWatch streams end (status OK),
+        the calls in flight get ``grace`` seconds (None: cancelled now), and this returns only once
+        the tasks that served them are done (an ordinary stop logs no gRPC error)."""
+        self.servicer.end_streams()
+        await super().stop(grace)
+        await self.servicer.calls_done(STOP_GRACE_SECONDS)
 
     def absence(self) -> str:
         """Why the server must be (re)started, in words; "" when it serves its own socket."""
