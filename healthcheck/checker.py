@@ -55,12 +55,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtimekit.gpu.types import NodeSnapshot, is_available
+from runtimekit.gpu.types import NodeSnapshot, XidEvent, is_available
 from runtimekit.healthcheck.detectors import DURABLE, DetectorsFailed, readable_gpus
 from runtimekit.healthcheck.machine import STATE_ORDER, MachineInput, MachineState, Step, node_health, step, who
 from runtimekit.healthcheck.policy import default_policy
 from runtimekit.healthcheck.recurrence import RECURRING, RecurrenceRule
-from runtimekit.healthcheck.resets import Counters, counters_of, reset_evidence, resets_since
+from runtimekit.healthcheck.resets import Counters, counters_of, faults_seen_again, reset_evidence, resets_since
 from runtimekit.healthcheck.slices import SliceRecord, slice_usage, step_slices
 from runtimekit.healthcheck.store import HealthStore, Loaded, unknown_finding, unwritable_finding
 from runtimekit.healthcheck.thresholds import for_detector
@@ -120,6 +120,7 @@ class HealthChecker:
         self._slices: Mapping[str, SliceRecord] = {}  # the slice machine's records (healthcheck/slices.py)
         self._detector_states: Mapping[str, Any] = {}
         self._saved_counters: Mapping[str, Counters] = {}  # loaded: for the first sample (resets.py)
+        self._xids_since_sample: list[XidEvent] = []  # judged since the last sample: what came after a reset
         # Detectors whose state was read from disk and has not yet been used by a run of theirs: only
         # such a state is dropped when its detector raises on it (a raise on a state built in
         # memory is a bug: a failed probe, ``_saved_states_only``).
@@ -193,9 +194,10 @@ class HealthChecker:
         previous = self._previous if sampled else snapshot
         resets: dict[str, float] = {}
         if sampled:  # the first sample after a start is compared with the counters saved before it
-            resets = resets_since(self._saved_counters, snapshot) if self._previous is None else reset_evidence(
-                self._previous, snapshot)
-            self._saved_counters = {}
+            if self._previous is None:  # a reset seen here was made while the agent was stopped: before any XID it got
+                resets = {uuid: self._saved_counters[uuid].at for uuid in resets_since(self._saved_counters, snapshot)}
+            else:
+                resets = reset_evidence(self._previous, snapshot)
         rebooted = frozenset(u for g in snapshot.gpus if is_available(u := g.uuid)) if self._boot_id_changed else frozenset()
         data = DetectorInput(
             now=now, snapshot=snapshot, previous=previous, xids=tuple(event for _, event in new_xids),
@@ -203,16 +205,22 @@ class HealthChecker:
             repaired=frozenset(resets) | rebooted,
         )
         outcome, failure = await self._detect(data)
+        again: dict[str, frozenset[str]] = {}
         if outcome is not None:
             if not (outcome.failed and new_xids):
                 self._detector_states = outcome.states
                 self._from_disk -= set(outcome.states) - set(outcome.failed)
                 if new_xids:
                     self._xid_done = new_xids[-1][0]
+                self._xids_since_sample.extend(event for _, event in new_xids)
                 if sampled:
-                    self._previous = snapshot
-            # else: a failed detector may be one that judges these XIDs: every detector is given
-            # them again at the next evaluation, from the same states and the same previous sample
+                    self._previous, self._saved_counters = snapshot, {}
+                    again = faults_seen_again(resets, self._xids_since_sample, lambda code: default_policy().xid(code).fault)
+                    self._xids_since_sample = []
+            else:  # a failed detector may be one that judges these XIDs: every detector is given
+                # them again at the next evaluation, from the same states and the same previous
+                # sample, which shows the same resets again
+                resets = {}
             findings, cpu = (*outcome.findings, *self._partial(outcome, snapshot)), outcome.cpu_seconds
             sampled = sampled and not outcome.failed  # a failed probe clears nothing
         else:
@@ -223,7 +231,8 @@ class HealthChecker:
         findings = (*(f for f in findings if f.slice_id is None), *self._state_unknown(identified), *self._unwritable())
         machine_input = MachineInput(
             now=now, findings=findings, gpus=identified,
-            sampled=sampled, resets=resets, boot_id_changed=self._boot_id_changed, clean_samples=self._clean_samples,
+            sampled=sampled, resets=resets, again=again, boot_id_changed=self._boot_id_changed,
+            clean_samples=self._clean_samples,
             inventory=sampled and snapshot.nvml_up, judged=frozenset(uuid for uuid, _ in readable_gpus(snapshot)),
             recurrence=self._recurrence,
         )

@@ -136,6 +136,7 @@ class MachineInput:
     gpus: tuple[tuple[int, str], ...] = ()
     sampled: bool = True
     resets: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # uuid -> when (resets.py)
+    again: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))  # resets.faults_seen_again
     boot_id_changed: bool = False
     clean_samples: int = 3
     inventory: bool = False  # ``gpus`` lists every GPU on the node (a sample with NVML up): absence means gone
@@ -229,7 +230,7 @@ def step(state: MachineState, data: MachineInput) -> Step:
         reset = data.boot_id_changed or uuid in data.resets
         record, found = records[uuid], by_gpu.get(uuid, [])
         if uuid in data.resets and not data.boot_id_changed:
-            found = [*found, *seen_after_reset(record.index, uuid, record.faults, data.resets[uuid])]
+            found = [*found, *seen_after_reset(record.index, uuid, record.faults, data.again.get(uuid, ()))]
         if data.recurrence is not None:
             kept = [h for h in record.faults if not _cleared_by(h, data, reset)]
             interventions, found = recur(data.recurrence, record.index, uuid, record.interventions, kept, found, data.now)

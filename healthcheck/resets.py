@@ -6,7 +6,9 @@ volatile ECC counts went backwards. Readings unavailable on either side prove no
 
 When it happened matters: a fault the reset clears may come back right after it (an XID between
 the reset and the sample that shows it), and that one must not be cleared with the rest
-(``machine.step``). The energy counter tells the time: it restarted at the reset, so at the sample
+(``faults_seen_again``, ``machine.step``). Only the XIDs' own times are compared with the reset's:
+a fault read from a sample is judged again by the sample that shows the reset, and the time a
+held fault was last refreshed is an evaluation's, not its evidence's. The energy counter tells the time: it restarted at the reset, so at the sample
 it holds what the GPU drew since, and ``energy / draw`` seconds before the sample is about when the
 reset was (the draw of an idle GPU after a reset is steady). The estimate is kept between the two
 samples. Without a readable energy counter and draw (the ECC counters alone showed the reset),
@@ -20,10 +22,10 @@ well as the last one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from runtimekit.gpu.types import NOT_SUPPORTED, GpuSnapshot, NodeSnapshot, Reading, is_available
+from runtimekit.gpu.types import NOT_SUPPORTED, GpuSnapshot, NodeSnapshot, Reading, XidEvent, is_available
 from runtimekit.healthcheck.types import CLEARS_ON_RESET, ActiveFault, Finding
 
 # A fault seen within this many seconds after the estimated reset is taken as seen before it: the
@@ -92,11 +94,24 @@ def _number(reading: Reading[float]) -> float | None:
     return float(reading) if is_available(reading) else None
 
 
-def seen_after_reset(index: int, uuid: str, faults: Iterable[ActiveFault], reset_at: float) -> list[Finding]:
-    """The faults of GPU ``index`` (``uuid``) that a reset at ``reset_at`` clears but that were seen
-    after it (an XID between the reset and the sample that showed it), as findings: the reset clears
-    them, and they are raised again at once — a new occurrence, counted, logged, and an
-    intervention of its own (``recurrence.py``)."""
+def faults_seen_again(resets: Mapping[str, float], xids: Iterable[XidEvent],
+                      fault_of: Callable[[int], str]) -> dict[str, frozenset[str]]:
+    """By GPU UUID, the faults (``fault_of``: an XID code's fault in the policy) of the XIDs that
+    came more than ``RESET_TIME_MARGIN_SECONDS`` after the GPU's reset in ``resets``: a fault the
+    reset clears but that is back. Only an XID's own time says so: a fault read from a sample is
+    judged by the sample that shows the reset."""
+    again: dict[str, set[str]] = {}
+    for event in xids:
+        reset_at = resets.get(event.uuid)
+        if reset_at is not None and event.received_at > reset_at + RESET_TIME_MARGIN_SECONDS:
+            again.setdefault(event.uuid, set()).add(fault_of(event.xid))
+    return {uuid: frozenset(names) for uuid, names in again.items()}
+
+
+def seen_after_reset(index: int, uuid: str, faults: Iterable[ActiveFault], names: Collection[str]) -> list[Finding]:
+    """The faults of GPU ``index`` (``uuid``) that its reset clears but that are back (``names``:
+    ``faults_seen_again``), as findings: the reset clears them, and they are raised again at once —
+    a new occurrence, counted, logged, and an intervention of its own (``recurrence.py``)."""
     return [Finding(index, uuid, h.fault, h.severity, h.action, f"{h.evidence}; again after the GPU reset",
                     h.clears, h.gpu_instance_id, h.fault_class, h.schedulable, h.scope)
-            for h in faults if h.clears == CLEARS_ON_RESET and h.last_seen > reset_at + RESET_TIME_MARGIN_SECONDS]
+            for h in faults if h.clears == CLEARS_ON_RESET and h.fault in names]

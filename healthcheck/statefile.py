@@ -8,7 +8,7 @@ compares against it); ``gpus``, per GPU ``index``, ``uuid``, ``state``, ``since`
 its active ``faults`` (``ActiveFault``'s fields, with ``first_seen`` and ``last_seen``; ``scope``,
 ``card`` or ``instance``, is read as ``card`` when absent, as files written before it have it) and
 ``interventions`` (the times its recent resets or reboots began, ``healthcheck/recurrence.py``; read
-as none when absent, as files written before it have it); ``node``,
+as none when absent, as files written before it have it, and an unreadable time is left out); ``node``,
 the node-level ``state``, ``since`` and ``faults`` (it names no GPU); ``transitions_total`` and
 ``fault_events_total`` per GPU uuid, and the node's ``node_fault_events_total``; ``detectors``,
 each detector's JSON-friendly state by name; ``reset_counters``, per GPU uuid [sample time, energy
@@ -184,7 +184,9 @@ def _decode_record(item: dict[str, Any]) -> GpuRecord:
     uuid = item["uuid"]
     if not isinstance(uuid, str) or not uuid:
         raise StoreFormatError("a GPU without uuid")
-    interventions = tuple(_time(t, "interventions") for t in _list(item.get("interventions", []), "interventions"))
+    # Optional history: an unreadable time (or list) is left out rather than making the GPU unknown.
+    listed = item.get("interventions", [])
+    interventions = tuple(float(t) for t in listed if plausible_time(t)) if isinstance(listed, list) else ()
     return GpuRecord(int(item["index"]), uuid, _state(item["state"]), _time(item["since"], "since"),
                      _decode_faults(item["faults"]), retired, interventions)
 

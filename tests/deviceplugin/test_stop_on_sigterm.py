@@ -35,7 +35,7 @@ from runtimekit.kube.deviceplugin.plugin import STOP_GRACE_SECONDS
 
 RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb")  # the fake agent's three
 #: How long a stop may take, in seconds: well within the DaemonSet's terminationGracePeriodSeconds (10 s).
-PROMPT_SECONDS = 3.0
+PROMPT_SECONDS = 8.0
 
 
 async def stop_while_streaming(directory: Path, *, agent_answers: bool = True
