@@ -279,14 +279,22 @@ class Journal:
                                   (state, json.dumps(result, sort_keys=True), now, action_id))
             return cursor.rowcount == 1
 
-    def actioned(self, since: float) -> list[tuple[str, float]]:
-        """(node, time) of disruptive actions done (not dry-run) since ``since`` — for the breaker."""
+    def actioned(self, since: float, dry_run: bool = False) -> list[tuple[str, float]]:
+        """(node, time) of disruptive actions done since ``since`` — for the breaker. With ``dry_run``
+        the steps a dry run described count too (as ``last_other_alert_at``'s do), so a dry run
+        shows what the breaker would do; live, never."""
         marks = ",".join("?" * len(DISRUPTIVE))
+        states = ("done", "skipped") if dry_run else ("done",)
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT node, updated_at, result FROM actions WHERE state = 'done' AND kind IN ({marks}) "
-                "AND updated_at >= ?", (*DISRUPTIVE, since)).fetchall()
-        return [(node, at) for node, at, result in rows if not json.loads(result or "{}").get("dry_run")]
+                f"SELECT node, updated_at, state, result FROM actions WHERE state IN ({','.join('?' * len(states))}) "
+                f"AND kind IN ({marks}) AND updated_at >= ?", (*states, *DISRUPTIVE, since)).fetchall()
+        out = []
+        for node, at, state, result in rows:
+            dry = bool(json.loads(result or "{}").get("dry_run"))
+            if (state == "done" and not dry) or (state == "skipped" and dry):  # done, or described (dry_run only)
+                out.append((node, at))
+        return out
 
     def last_other_alert_at(self, node: str, fingerprint: str, starts_at: str, dry_run: bool = False) -> float | None:
         """When (seconds since the epoch) a disruptive step of another alert last finished on

@@ -285,9 +285,13 @@ class Worker:
         cooldown = cooldown_verdict(last, now, self.config.cooldown_seconds)
         if not cooldown.allowed:
             return cooldown.reason
-        if self.config.dry_run:
-            verdict = breaker_verdict(self.policy, action.node, now, (), 0, is_open)
-            return None if verdict.allowed else verdict.reason
+        if self.config.dry_run:  # the max_nodes rule over what it described; no node count, nothing opened
+            described = await asyncio.to_thread(self.journal.actioned, now - self.policy.window_seconds, True)
+            verdict = breaker_verdict(self.policy, action.node, now, described, 0, is_open)
+            if verdict.allowed:
+                return None
+            return verdict.reason.replace("circuit breaker opened", "circuit breaker would open") if verdict.opens_breaker \
+                else verdict.reason
         actioned = await asyncio.to_thread(self.journal.actioned, now - self.policy.window_seconds)
         needs_total = not is_open and needs_cluster_size(self.policy, action.node, now, actioned)
         total = await self._cluster_size() if needs_total else 0

@@ -110,3 +110,22 @@ async def test_dry_run_steps_never_put_a_node_in_cooldown_for_live_steps(fakes, 
         assert len(repl.calls) == 1 and kube.nodes["gpu-1"]["spec"]["unschedulable"] is True
     finally:
         journal.close()
+
+
+async def test_a_dry_run_shows_where_the_breaker_would_open(fakes, tmp_path):
+    """max_nodes 1: live, a second node within the window opens the breaker and its steps are
+    skipped; the dry run shows that ('would open') from the steps it described, and opens nothing."""
+    kube, repl, url = fakes
+    config = load(write_config(tmp_path, url, dry_run=True, breaker={"max_nodes": 1, "max_percent": 100, "min_nodes": 1}))
+    journal = Journal(config.db_path)
+    try:
+        _receive(journal, config, "a", node="gpu-1")
+        _receive(journal, config, "b", node="gpu-2")
+        async with aiohttp.ClientSession() as session:
+            await Worker(config, journal, Steps(config, object(), session)).run_once()
+        steps = {(a.fingerprint, a.kind): a.result for a in journal.actions()}
+        assert steps[("a", "replace")]["would"].startswith("POST ")
+        assert steps[("b", "cordon")]["reason"].startswith("circuit breaker would open: 2 nodes"), steps
+        assert journal.breaker_state()[0] is False and repl.calls == [] and kube.patches == []
+    finally:
+        journal.close()
