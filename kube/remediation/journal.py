@@ -280,37 +280,33 @@ class Journal:
             return cursor.rowcount == 1
 
     def actioned(self, since: float, dry_run: bool = False) -> list[tuple[str, float]]:
-        """(node, time) of disruptive actions done since ``since`` — for the breaker. With ``dry_run``
-        the steps a dry run described count too (as ``last_other_alert_at``'s do), so a dry run
-        shows what the breaker would do; live, never."""
-        marks = ",".join("?" * len(DISRUPTIVE))
-        states = ("done", "skipped") if dry_run else ("done",)
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT node, updated_at, state, result FROM actions WHERE state IN ({','.join('?' * len(states))}) "
-                f"AND kind IN ({marks}) AND updated_at >= ?", (*states, *DISRUPTIVE, since)).fetchall()
-        out = []
-        for node, at, state, result in rows:
-            dry = bool(json.loads(result or "{}").get("dry_run"))
-            if (state == "done" and not dry) or (state == "skipped" and dry):  # done, or described (dry_run only)
-                out.append((node, at))
-        return out
+        """(node, time) of disruptive actions done since ``since`` — for the breaker (``_counted``
+        says which count, in a dry run and live)."""
+        return self._counted(dry_run, "updated_at >= ?", (since,))
 
     def last_other_alert_at(self, node: str, fingerprint: str, starts_at: str, dry_run: bool = False) -> float | None:
         """When (seconds since the epoch) a disruptive step of another alert last finished on
-        ``node``: done steps only, for the cooldown. With ``dry_run`` the steps a dry run described
-        (skipped, result ``dry_run``) count as done too, so a dry run skips what live mode would;
-        live mode never counts them: what was only described was never done, and a node must not
-        be held in a cooldown after ``dry_run`` is turned off."""
+        ``node`` — for the cooldown (``_counted`` says which count)."""
+        steps = self._counted(dry_run, "node = ? AND NOT (fingerprint = ? AND starts_at = ?)", (node, fingerprint, starts_at))
+        return max((at for _, at in steps), default=None)
+
+    def _counted(self, dry_run: bool, where: str, params: tuple[Any, ...]) -> list[tuple[str, float]]:
+        """(node, time) of the disruptive steps the breaker and the cooldown count, matching the SQL
+        condition ``where`` (``params``): the steps done, and with ``dry_run`` the steps a dry run
+        described (skipped, result ``dry_run``) as if done, so a dry run skips what live mode would.
+        Live mode never counts those: what was only described was never done, and a node must not be
+        held in a cooldown, nor counted by the breaker, after ``dry_run`` is turned off."""
         marks = ",".join("?" * len(DISRUPTIVE))
-        states = ("done", "skipped") if dry_run else ("done",)
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT updated_at, state, result FROM actions WHERE node = ? AND kind IN ({marks}) "
-                f"AND state IN ({','.join('?' * len(states))}) AND NOT (fingerprint = ? AND starts_at = ?)",
-                (node, *DISRUPTIVE, *states, fingerprint, starts_at)).fetchall()
-        times = [at for at, state, result in rows if state == "done" or json.loads(result or "{}").get("dry_run")]
-        return max(times, default=None)
+                f"SELECT node, updated_at, state, result FROM actions WHERE state IN ('done', 'skipped') "
+                f"AND kind IN ({marks}) AND {where}", (*DISRUPTIVE, *params)).fetchall()
+        counted = []
+        for name, at, state, result in rows:
+            described = bool(json.loads(result or "{}").get("dry_run"))
+            if (state == "done" and not described) or (dry_run and state == "skipped" and described):
+                counted.append((name, at))
+        return counted
 
     def still_needed(self, action: Action) -> list[str]:
         """For an undo step (uncordon, untaint): the keys of the step it undoes in the ladders of
