@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from runtimekit.gpu.types import NOT_SUPPORTED, GpuSnapshot, NodeSnapshot, Reading, XidEvent, is_available
+from runtimekit.gpu.types import GpuSnapshot, NodeSnapshot, Reading, XidEvent, is_available
 from runtimekit.healthcheck.types import CLEARS_ON_RESET, ActiveFault, Finding
 
 # A fault seen within this many seconds after the estimated reset is taken as seen before it: the
@@ -36,18 +36,21 @@ RESET_TIME_MARGIN_SECONDS = 0.5
 @dataclass(frozen=True, slots=True)
 class Counters:
     """What a reset sets back, of one GPU at one sample: ``at`` (unix seconds), the energy counter
-    (J) and the volatile ECC counts; None where unreadable."""
+    (J) and the volatile ECC counts; None where unreadable. ``draw_watts`` dates a reset seen at this
+    sample (``_reset_time``); it is not saved (None in counters read back from health.json)."""
 
     at: float
     energy_joules: float | None
     corrected_volatile: float | None
     uncorrected_volatile: float | None
+    draw_watts: float | None = None
 
     @classmethod
     def of(cls, gpu: GpuSnapshot) -> Counters:
         power, ecc = gpu.power, gpu.ecc
         return cls(gpu.sampled_at, _number(power.energy_joules) if power else None,
-                   _number(ecc.corrected_volatile) if ecc else None, _number(ecc.uncorrected_volatile) if ecc else None)
+                   _number(ecc.corrected_volatile) if ecc else None, _number(ecc.uncorrected_volatile) if ecc else None,
+                   _number(power.draw_watts) if power else None)
 
 
 def counters_of(snapshot: NodeSnapshot) -> dict[str, Counters]:
@@ -72,22 +75,17 @@ def resets_since(before: Mapping[str, Counters], snapshot: NodeSnapshot) -> dict
         pairs = ((old.energy_joules, now.energy_joules), (old.corrected_volatile, now.corrected_volatile),
                  (old.uncorrected_volatile, now.uncorrected_volatile))
         if any(a is not None and b is not None and b < a for a, b in pairs):
-            resets[uuid] = _reset_time(old, now, _number(_draw(snapshot, uuid)))
+            resets[uuid] = _reset_time(old, now)
     return resets
 
 
-def _reset_time(old: Counters, now: Counters, watts: float | None) -> float:
+def _reset_time(old: Counters, now: Counters) -> float:
     """About when a GPU whose counters went from ``old`` to ``now`` was reset: from its energy
-    counter when it restarted (``watts``: its draw now), else the sample's time (module docstring)."""
-    joules, before = now.energy_joules, old.energy_joules
+    counter when it restarted (and its draw now), else the sample's time (module docstring)."""
+    joules, before, watts = now.energy_joules, old.energy_joules, now.draw_watts
     if joules is None or before is None or joules >= before or not watts or watts <= 0:
         return now.at
     return min(now.at, max(old.at, now.at - joules / watts))
-
-
-def _draw(snapshot: NodeSnapshot, uuid: str) -> Reading[float]:
-    gpu = next(g for g in snapshot.gpus if g.uuid == uuid)
-    return gpu.power.draw_watts if gpu.power is not None else NOT_SUPPORTED
 
 
 def _number(reading: Reading[float]) -> float | None:
