@@ -43,6 +43,8 @@ from typing import Generic, TypeVar
 import grpc
 import grpc.aio
 
+from runtimekit.grpc_calls import CallTasks
+
 __all__ = [
     "MAX_SOCKET_PATH",
     "SocketInUse",
@@ -237,6 +239,7 @@ class UnixGrpcServer:
         self.socket_path = os.path.abspath(socket_path)
         self._server: grpc.aio.Server | None = None
         self._published: _Identity | None = None  # the socket this server put at socket_path
+        self._calls = CallTasks()
 
     @property
     def running(self) -> bool:
@@ -255,7 +258,7 @@ class UnixGrpcServer:
         if self._server is not None:
             raise RuntimeError(f"{type(self).__name__} already serving on {self.socket_path}")
         remove_stale_socket(self.socket_path)
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[self._calls])
         self._add_servicers(server)
         try:
             with private_socket(self.socket_path) as bound:
@@ -268,10 +271,12 @@ class UnixGrpcServer:
         self._server = server
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving (in-flight calls get ``grace`` seconds, None: cancelled now); idempotent."""
+        """Stop serving (in-flight calls get ``grace`` seconds, None: cancelled now) and return once
+        the tasks that served them are done (``grpc_calls``); idempotent."""
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+            await self._calls.done()
         remove_own_socket(self.socket_path, self._published)
         self._published = None
 

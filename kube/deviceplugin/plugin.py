@@ -10,9 +10,7 @@ naming the field), as the kubelet only hands out advertised IDs.
 Stopping a plugin server (``PluginServer.stop``: SIGTERM, or its socket served again) ends every
 ListAndWatch stream from this side, its status OK, lets the calls in flight finish for
 ``STOP_GRACE_SECONDS`` (then gRPC cancels them) and waits until the tasks that served them are
-done. A server stopped with its calls cancelled at once could return while grpc.aio still had a
-call's task pending; the process then left ``asyncio.run``, which cancels it, and gRPC logged
-"Exception not handled by _handle_exceptions" at ERROR with a traceback on an ordinary SIGTERM.
+done (``runtimekit.grpc_calls``, as every ``UnixGrpcServer`` does).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import grpc.aio
@@ -35,8 +32,8 @@ from .watch import DeviceWatch
 log = logging.getLogger(__name__)
 
 #: How long a stopping plugin server lets its calls in flight finish (an Allocate waiting on the
-#: agent) before gRPC cancels them, in seconds; then as long again, at most, for the tasks that
-#: served them to end. Every plugin server stops at once, well within the DaemonSet's
+#: agent) before gRPC cancels them, in seconds; then the tasks that served them get
+#: grpc_calls.WAIT_SECONDS to end. Every plugin server stops at once, well within the DaemonSet's
 #: terminationGracePeriodSeconds (10 s).
 STOP_GRACE_SECONDS = 1.0
 
@@ -49,7 +46,6 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self.watch = watch
         self.allocator = allocator
         self._ending = asyncio.Event()  # set while the server stops: every ListAndWatch stream returns
-        self._calls: set[asyncio.Task[Any]] = set()  # the tasks serving a call now (gRPC's, one per call)
 
     def open_streams(self) -> None:
         """Serve ListAndWatch streams again (after ``end_streams``): called as the server starts."""
@@ -60,24 +56,6 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         its socket goes), and each one opened from now on as soon as it opens."""
         self._ending.set()
 
-    async def calls_done(self, timeout: float) -> None:
-        """Wait until every task that served a call is done: at most ``timeout`` seconds, then
-        those left are cancelled (gRPC ends a cancelled call's task quietly) and waited for as long."""
-        if not self._calls:
-            return
-        _, left = await asyncio.wait(set(self._calls), timeout=timeout)
-        for task in left:
-            task.cancel()
-        if left:
-            await asyncio.wait(left, timeout=timeout)
-
-    def _track(self) -> None:
-        """Count the task serving this call (until it has sent the call's status) for ``calls_done``."""
-        task = asyncio.current_task()
-        if task is not None and task not in self._calls:
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
-
     def devices(self) -> list[api_pb2.Device]:
         """The resource's devices as ListAndWatch sends them: ID, health and, when its card's NUMA
         node is known, ``topology`` (the kubelet's Topology Manager aligns on it)."""
@@ -86,12 +64,10 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                                      ) -> api_pb2.DevicePluginOptions:
-        self._track()
         return plugin_options()
 
     async def ListAndWatch(self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
                            ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        self._track()
         ending = self._ending
         sent: list[api_pb2.Device] | None = None
         # Nothing is sent before the agent's node has been read once: an empty first list would
@@ -123,7 +99,6 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def GetPreferredAllocation(self, request: api_pb2.PreferredAllocationRequest,
                                      context: grpc.aio.ServicerContext) -> api_pb2.PreferredAllocationResponse:
-        self._track()
         response = api_pb2.PreferredAllocationResponse()
         for container in request.container_requests:
             chosen = await self.allocator.preferred(self.resource, list(container.available_deviceIDs),
@@ -133,7 +108,6 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
                        ) -> api_pb2.AllocateResponse:
-        self._track()
         known = {device.ID for device in self.devices()}
         response = api_pb2.AllocateResponse()
         for number, container in enumerate(request.container_requests):
@@ -148,7 +122,6 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def PreStartContainer(self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext
                                 ) -> api_pb2.PreStartContainerResponse:
-        self._track()
         return api_pb2.PreStartContainerResponse()  # not asked for (pre_start_required is false)
 
 
@@ -180,7 +153,6 @@ class PluginServer(UnixGrpcServer):
         the tasks that served them are done (an ordinary stop logs no gRPC error)."""
         self.servicer.end_streams()
         await super().stop(grace)
-        await self.servicer.calls_done(STOP_GRACE_SECONDS)
 
     def absence(self) -> str:
         """Why the server must be (re)started, in words; "" when it serves its own socket."""
